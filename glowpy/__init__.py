@@ -1,0 +1,45 @@
+"""glowpy: a Glow-style graph compiler for ONNX models.
+
+    import glowpy
+    graph = glowpy.load("model.onnx")                  # ONNX -> IR (typed, static shapes)
+    model = glowpy.compile("model.onnx")               # import, optimize, compile for a backend
+    outputs = model.run({"input": array})              # {output name: array}
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from glowpy.backends import DEFAULT_BACKEND, get_backend
+from glowpy.compiled import CompiledModel
+from glowpy.errors import GlowpyError, Status
+from glowpy.importer import ModelLike, ShapeMap, import_model
+from glowpy.ir import Graph
+
+__version__ = "0.1.0"
+
+
+def load(model: ModelLike | Graph, shapes: ShapeMap | None = None) -> Graph:
+    """Import an ONNX model (bytes, path or ModelProto) into a verified IR graph."""
+    if isinstance(model, Graph):
+        return model
+    return import_model(model, shapes)
+
+
+def compile(  # noqa: A001  (the verb users expect)
+    model: ModelLike | Graph,
+    backend: str = DEFAULT_BACKEND,
+    shapes: ShapeMap | None = None,
+    **options: Any,
+) -> CompiledModel:
+    """Import `model` and compile it for `backend` ("interpreter"; "cpu" once it lands)."""
+    be = get_backend(backend)
+    graph = load(model, shapes)
+    start = time.perf_counter()
+    executable = be.compile(graph, **options)
+    return CompiledModel(graph, executable, be.name, compile_seconds=time.perf_counter() - start,
+                         cached=getattr(executable, "cached", False))
+
+
+__all__ = ["CompiledModel", "Graph", "GlowpyError", "Status", "__version__", "compile", "load"]

@@ -1,0 +1,37 @@
+"""What a backend is: it says which IR ops it keeps, and compiles a graph into an Executable."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from glowpy.ir.graph import Graph, Node
+
+
+class Executable(ABC):
+    """A compiled graph. `run` takes the inputs in graph order, already validated, and returns the
+    outputs in graph order."""
+
+    #: bytes of activation memory the executable plans (0 where it does not plan memory)
+    arena_size: int = 0
+
+    @abstractmethod
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
+
+
+class Backend(ABC):
+    name: str = ""
+
+    def is_op_supported(self, node: Node) -> bool:
+        """Glow's isOpSupported: can this backend execute the node as it is (op and types)?"""
+        return True
+
+    def should_lower(self, node: Node) -> bool:
+        """Glow's shouldLower: should the optimizer decompose this node into simpler IR ops?"""
+        return False
+
+    @abstractmethod
+    def compile(self, graph: Graph, **options: Any) -> Executable: ...

@@ -1,0 +1,163 @@
+"""The ONNX op table: what glowpy accepts, declared once per ONNX op.
+
+Each entry names the ONNX op, the opsets glowpy handles, a rule for every attribute it
+understands, the element types it accepts for its main operand, which operands must be known at
+compile time, and the converter that emits IR. The full importer and the cheap compatibility
+path both read these entries (`check_node` is the shared gate), so they cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, NodeProto
+
+from glowpy.errors import UnsupportedAttribute, UnsupportedDatatype, UnsupportedOperator, UnsupportedVersion
+from glowpy.ir.types import ALL_TYPES, FLOAT_TYPES, NUMERIC_TYPES
+
+if TYPE_CHECKING:
+    from glowpy.importer.context import NodeContext
+    from glowpy.ir.graph import Value
+
+MIN_OPSET = 7
+MAX_OPSET = onnx.defs.onnx_opset_version()
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An attribute rule: `ok(value)` says whether glowpy supports the value; `what` says which."""
+
+    ok: Callable[[Any], bool]
+    what: str
+
+
+ANY = Rule(lambda v: True, "any value")
+IGNORED = Rule(lambda v: True, "any value (ignored at inference)")
+
+
+def one_of(*values: Any) -> Rule:
+    return Rule(lambda v: v in values, "one of " + ", ".join(map(repr, values)))
+
+
+def equals(value: Any, why: str = "") -> Rule:
+    return Rule(lambda v: v == value, f"{value!r}" + (f" ({why})" if why else ""))
+
+
+INT = Rule(lambda v: isinstance(v, int), "an integer")
+POSITIVE = Rule(lambda v: isinstance(v, int) and v > 0, "a positive integer")
+NON_NEGATIVE = Rule(lambda v: isinstance(v, int) and v >= 0, "a non-negative integer")
+FLOAT = Rule(lambda v: isinstance(v, float), "a float")
+POSITIVE_FLOAT = Rule(lambda v: isinstance(v, float) and v > 0, "a positive float")
+INTS = Rule(lambda v: isinstance(v, list) and all(isinstance(x, int) for x in v), "a list of integers")
+POSITIVE_INTS = Rule(lambda v: isinstance(v, list) and all(isinstance(x, int) and x > 0 for x in v),
+                     "a list of positive integers")
+NON_NEGATIVE_INTS = Rule(lambda v: isinstance(v, list) and all(isinstance(x, int) and x >= 0 for x in v),
+                         "a list of non-negative integers")
+BOOL_INT = one_of(0, 1)
+TENSOR = Rule(lambda v: isinstance(v, onnx.TensorProto), "a tensor")
+AUTO_PAD = one_of("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+Converter = Callable[["NodeContext"], "list[Value]"]
+
+
+@dataclass(frozen=True)
+class OnnxOp:
+    """One row of the table."""
+
+    op_type: str
+    convert: Converter
+    attrs: dict[str, Rule] = field(default_factory=dict)
+    dtypes: frozenset = FLOAT_TYPES
+    since: int = MIN_OPSET  # lowest opset (of the op's domain) glowpy handles
+    domain: str = ""
+    const_inputs: tuple[int, ...] = ()  # operands whose value is needed at compile time
+    max_outputs: int = 1  # how many of the ONNX outputs glowpy can produce
+
+
+TABLE: dict[tuple[str, str], OnnxOp] = {}
+
+
+def onnx_op(op_type: str, **kwargs: Any) -> Callable[[Converter], Converter]:
+    """Register the decorated converter as the table entry for `op_type`."""
+
+    def wrap(fn: Converter) -> Converter:
+        entry = OnnxOp(op_type, fn, **kwargs)
+        TABLE[(entry.domain, op_type)] = entry
+        return fn
+
+    return wrap
+
+
+def normalize_domain(domain: str) -> str:
+    return "" if domain in DEFAULT_DOMAINS else domain
+
+
+def lookup(node: NodeProto, opsets: dict[str, int]) -> tuple[OnnxOp, int]:
+    """The table entry for a node and the opset it is read under, or the Unsupported* error."""
+    domain = normalize_domain(node.domain)
+    name = node.name or None
+    entry = TABLE.get((domain, node.op_type))
+    if entry is None:
+        where = f" in domain '{node.domain}'" if domain else ""
+        raise UnsupportedOperator(f"operator {node.op_type}{where} is not supported", node=name, op=node.op_type)
+    opset = opsets.get(domain)
+    if opset is None:
+        raise UnsupportedVersion(f"the model imports no opset for domain '{node.domain or 'ai.onnx'}'",
+                                 node=name, op=node.op_type)
+    if opset < entry.since or (domain == "" and opset > MAX_OPSET):
+        raise UnsupportedVersion("opset not supported for this operator", node=name, op=node.op_type, opset=opset,
+                                 expected=f"{entry.since}..{MAX_OPSET}", found=opset)
+    return entry, opset
+
+
+def attribute_values(node: NodeProto) -> dict[str, Any]:
+    out = {}
+    for a in node.attribute:
+        if a.type == AttributeProto.GRAPH or a.type == AttributeProto.GRAPHS:
+            out[a.name] = a  # subgraphs are never supported; keep the proto for the message
+        else:
+            v = onnx.helper.get_attribute_value(a)
+            if isinstance(v, bytes):
+                v = v.decode("utf-8", "replace")
+            elif isinstance(v, list) and v and isinstance(v[0], bytes):
+                v = [x.decode("utf-8", "replace") for x in v]
+            out[a.name] = v
+    return out
+
+
+def check_node(node: NodeProto, opsets: dict[str, int], input_dtypes: list[np.dtype | None]) -> tuple[OnnxOp, int]:
+    """The shared gate: op, domain, opset, every attribute, the main operand's element type.
+
+    `input_dtypes` are the declared element types of the node's inputs (None where unknown).
+    Raises the Unsupported* error a host would get; returns the entry and opset otherwise.
+    """
+    entry, opset = lookup(node, opsets)
+    name = node.name or None
+    for key, value in attribute_values(node).items():
+        rule = entry.attrs.get(key)
+        if rule is None:
+            raise UnsupportedAttribute(f"attribute '{key}' is not supported", node=name, op=node.op_type,
+                                       opset=opset, expected=sorted(entry.attrs) or "no attributes", found=key)
+        if not rule.ok(value):
+            shown = value if not isinstance(value, (onnx.TensorProto, AttributeProto)) else type(value).__name__
+            raise UnsupportedAttribute(f"attribute '{key}' has an unsupported value", node=name, op=node.op_type,
+                                       opset=opset, expected=rule.what, found=shown)
+    if input_dtypes and input_dtypes[0] is not None and input_dtypes[0] not in entry.dtypes:
+        raise UnsupportedDatatype("element type not supported", node=name, op=node.op_type, opset=opset,
+                                  expected=sorted(str(d) for d in entry.dtypes), found=str(input_dtypes[0]))
+    if len(node.output) > entry.max_outputs and any(node.output[entry.max_outputs:]):
+        raise UnsupportedOperator(f"only the first {entry.max_outputs} output(s) can be produced", node=name,
+                                  op=node.op_type, opset=opset, expected=entry.max_outputs, found=len(node.output))
+    return entry, opset
+
+
+__all__ = [
+    "ALL_TYPES", "ANY", "AUTO_PAD", "BOOL_INT", "FLOAT", "IGNORED", "INT", "INTS", "NON_NEGATIVE",
+    "NON_NEGATIVE_INTS", "NUMERIC_TYPES", "POSITIVE", "POSITIVE_FLOAT", "POSITIVE_INTS", "TABLE", "TENSOR",
+    "OnnxOp", "Rule", "check_node", "equals", "lookup", "one_of", "onnx_op",
+]

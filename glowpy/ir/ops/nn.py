@@ -1,0 +1,423 @@
+"""Neural-network ops: convolution, pooling, normalization, matrix products, softmax.
+
+Spatial attributes are always explicit and normalized by the importer: `pads` is
+(begin_0, .., begin_n, end_0, .., end_n) like ONNX, auto_pad already resolved, strides and
+dilations one per spatial dim. Conv, Gemm, MatMul and FullyConnected carry an optional fused
+activation (`activation`, `activation_params`, see elementwise.ACTIVATIONS) that the optimizer
+sets and backends emit as an epilogue; Conv also takes an optional residual operand added before
+the activation.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import product
+
+import numpy as np
+
+from glowpy.errors import MismatchingDatatype, MismatchingShape, UnsupportedAttribute, UnsupportedShape
+from glowpy.ir.ops.elementwise import ACTIVATIONS, apply_activation, broadcast_shapes
+from glowpy.ir.ops.registry import REQUIRED, op
+from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES, TensorType
+
+FUSED = {"activation": "none", "activation_params": ()}
+
+
+def _check_activation(name: str, attrs: dict) -> None:
+    if attrs["activation"] not in ACTIVATIONS:
+        raise UnsupportedAttribute(
+            "unknown fused activation", op=name, expected=sorted(ACTIVATIONS), found=attrs["activation"]
+        )
+
+
+def conv_out_dim(size: int, k: int, stride: int, pad_total: int, dilation: int) -> int:
+    return (size + pad_total - (k - 1) * dilation - 1) // stride + 1
+
+
+def _spatial_check(name: str, x: TensorType, nspatial: int, attrs: dict) -> None:
+    for key in ("strides", "dilations"):
+        if key in attrs and len(attrs[key]) != nspatial:
+            raise UnsupportedAttribute(
+                f"'{key}' needs one value per spatial dim", op=name, expected=nspatial, found=len(attrs[key])
+            )
+    if len(attrs["pads"]) != 2 * nspatial:
+        raise UnsupportedAttribute("'pads' needs begin and end per spatial dim", op=name,
+                                   expected=2 * nspatial, found=len(attrs["pads"]))
+
+
+def _pad_spatial(x: np.ndarray, pads: tuple, value: float, extra_end: tuple = (), extra_value=None) -> np.ndarray:
+    """Pad the spatial dims by `pads` with `value`, then by `extra_end` more at the end with `extra_value`."""
+    n = len(pads) // 2
+    widths = [(0, 0), (0, 0)] + [(pads[i], pads[i + n]) for i in range(n)]
+    if any(a or b for a, b in widths):
+        x = np.pad(x, widths, constant_values=value)
+    if any(extra_end):
+        x = np.pad(x, [(0, 0), (0, 0)] + [(0, e) for e in extra_end],
+                   constant_values=value if extra_value is None else extra_value)
+    return x
+
+
+def _window(xp: np.ndarray, offs: tuple, strides: tuple, out: tuple) -> np.ndarray:
+    sl = tuple(slice(o, o + s * (n - 1) + 1, s) for o, s, n in zip(offs, strides, out))
+    return xp[(Ellipsis, *sl)]
+
+
+# --- Conv ------------------------------------------------------------------------------------
+
+
+def _conv_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType, *res: TensorType) -> TensorType:
+    nsp = x.rank - 2
+    if nsp < 1 or w.rank != x.rank:
+        raise UnsupportedShape("Conv needs N x C x spatial input and matching weight rank", op="Conv",
+                               expected=f"rank {x.rank}", found=f"weight rank {w.rank}")
+    _spatial_check("Conv", x, nsp, attrs)
+    _check_activation("Conv", attrs)
+    g = attrs["group"]
+    if x.shape[1] != w.shape[1] * g or w.shape[0] % g:
+        raise MismatchingShape("input channels do not match weight and group", op="Conv",
+                               expected=f"C = {w.shape[1]} x group {g}", found=x.shape[1])
+    if b.shape != (w.shape[0],):
+        raise MismatchingShape("bias must have one value per output channel", op="Conv",
+                               expected=(w.shape[0],), found=b.shape)
+    if w.dtype != x.dtype or b.dtype != x.dtype:
+        raise MismatchingDatatype("weight/bias type differs from input", op="Conv",
+                                  expected=str(x.dtype), found=f"{w.dtype}, {b.dtype}")
+    pads = attrs["pads"]
+    spatial = tuple(
+        conv_out_dim(x.shape[2 + i], w.shape[2 + i], attrs["strides"][i], pads[i] + pads[i + nsp],
+                     attrs["dilations"][i])
+        for i in range(nsp)
+    )
+    if any(d <= 0 for d in spatial):
+        raise UnsupportedShape("kernel larger than padded input", op="Conv", expected="positive output dims",
+                               found=spatial)
+    out = TensorType(x.dtype, (x.shape[0], w.shape[0], *spatial))
+    if res and res[0].shape != out.shape:
+        raise MismatchingShape("residual operand must have the output shape", op="Conv",
+                               expected=out.shape, found=res[0].shape)
+    return out
+
+
+@op(
+    "Conv",
+    infer=_conv_infer,
+    inputs=(3, 4),
+    dtypes=FLOAT_TYPES,
+    attrs={"group": 1, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED, **FUSED},
+)
+def conv(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray, *res: np.ndarray) -> np.ndarray:
+    """N-d grouped convolution (cross-correlation), bias, optional residual, fused activation."""
+    nsp = x.ndim - 2
+    g, strides, dil = attrs["group"], attrs["strides"], attrs["dilations"]
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    ks = w.shape[2:]
+    out_sp = _conv_infer(attrs, TensorType.of(x), TensorType.of(w), TensorType.of(b)).shape[2:]
+    xp = _pad_spatial(x, attrs["pads"], 0.0)
+    xg = xp.reshape(n, g, cg, *xp.shape[2:])
+    wg = w.reshape(g, m // g, cg, *ks)
+    acc = np.zeros((n, g, m // g, math.prod(out_sp)), dtype=np.float64 if x.dtype == np.float64 else np.float32)
+    for offs in product(*(range(k) for k in ks)):
+        start = tuple(o * d for o, d in zip(offs, dil))
+        patch = _window(xg, start, strides, out_sp).reshape(n, g, cg, -1)
+        acc += np.matmul(wg[(Ellipsis, *offs)][None], patch)
+    y = acc.reshape(n, m, *out_sp) + b.reshape(1, m, *([1] * nsp))
+    if res:
+        y = y + res[0]
+    return apply_activation(y.astype(x.dtype), attrs)
+
+
+def _convt_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType) -> TensorType:
+    nsp = x.rank - 2
+    _spatial_check("ConvTranspose", x, nsp, attrs)
+    g = attrs["group"]
+    if w.shape[0] != x.shape[1]:
+        raise MismatchingShape("weight dim 0 must equal input channels", op="ConvTranspose",
+                               expected=x.shape[1], found=w.shape[0])
+    pads, op_ = attrs["pads"], attrs["output_padding"]
+    spatial = tuple(
+        attrs["strides"][i] * (x.shape[2 + i] - 1) + op_[i] + (w.shape[2 + i] - 1) * attrs["dilations"][i] + 1
+        - pads[i] - pads[i + nsp]
+        for i in range(nsp)
+    )
+    return TensorType(x.dtype, (x.shape[0], w.shape[1] * g, *spatial))
+
+
+@op(
+    "ConvTranspose",
+    infer=_convt_infer,
+    inputs=(3, 3),
+    dtypes=FLOAT_TYPES,
+    attrs={"group": 1, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED, "output_padding": REQUIRED},
+)
+def conv_transpose(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Transposed convolution: scatter each input pixel through the kernel."""
+    nsp = x.ndim - 2
+    g, strides, dil, pads = attrs["group"], attrs["strides"], attrs["dilations"], attrs["pads"]
+    n, c = x.shape[:2]
+    mg = w.shape[1]
+    ks = w.shape[2:]
+    full = tuple(strides[i] * (x.shape[2 + i] - 1) + (ks[i] - 1) * dil[i] + 1 + attrs["output_padding"][i]
+                 for i in range(nsp))
+    out = np.zeros((n, g, mg, *full), dtype=np.float64)
+    xg = x.reshape(n, g, c // g, -1)
+    wg = w.reshape(g, c // g, mg, *ks)
+    for offs in product(*(range(k) for k in ks)):
+        contrib = np.matmul(np.swapaxes(wg[(Ellipsis, *offs)], 1, 2)[None], xg)  # n, g, mg, pixels
+        contrib = contrib.reshape(n, g, mg, *x.shape[2:])
+        sl = tuple(slice(o * d, o * d + s * (sz - 1) + 1, s) for o, d, s, sz in zip(offs, dil, strides, x.shape[2:]))
+        out[(slice(None), slice(None), slice(None), *sl)] += contrib
+    out = out.reshape(n, g * mg, *full)
+    crop = tuple(slice(pads[i], full[i] - pads[i + nsp]) for i in range(nsp))
+    y = out[(slice(None), slice(None), *crop)] + b.reshape(1, -1, *([1] * nsp))
+    return y.astype(x.dtype)
+
+
+# --- Pooling ---------------------------------------------------------------------------------
+
+
+def _pool_out(attrs: dict, x: TensorType) -> tuple[int, ...]:
+    nsp = x.rank - 2
+    ks, st, pads = attrs["kernel_shape"], attrs["strides"], attrs["pads"]
+    dil = attrs.get("dilations") or (1,) * nsp
+    out = []
+    for i in range(nsp):
+        size = x.shape[2 + i] + pads[i] + pads[i + nsp]
+        eff = (ks[i] - 1) * dil[i] + 1
+        if attrs["ceil_mode"]:
+            o = -(-(size - eff) // st[i]) + 1
+            # The last window must start inside the input or the begin padding.
+            if (o - 1) * st[i] >= x.shape[2 + i] + pads[i]:
+                o -= 1
+        else:
+            o = (size - eff) // st[i] + 1
+        out.append(o)
+    return tuple(out)
+
+
+def _pool_infer(name: str):
+    def infer(attrs: dict, x: TensorType) -> TensorType:
+        nsp = x.rank - 2
+        if nsp < 1:
+            raise UnsupportedShape("pooling needs N x C x spatial input", op=name, expected="rank >= 3", found=x.rank)
+        if len(attrs["kernel_shape"]) != nsp:
+            raise UnsupportedAttribute("'kernel_shape' needs one value per spatial dim", op=name,
+                                       expected=nsp, found=len(attrs["kernel_shape"]))
+        _spatial_check(name, x, nsp, attrs)
+        out = _pool_out(attrs, x)
+        if any(d <= 0 for d in out):
+            raise UnsupportedShape("window larger than padded input", op=name, expected="positive output dims",
+                                   found=out)
+        return TensorType(x.dtype, (*x.shape[:2], *out))
+
+    return infer
+
+
+def _pool(x: np.ndarray, attrs: dict, pad_value, reduce, extra_value=None) -> np.ndarray:
+    """Reduce every window with `reduce`; explicit padding holds pad_value, ceil_mode overhang extra_value."""
+    nsp = x.ndim - 2
+    out = _pool_out(attrs, TensorType.of(x))
+    ks, st, pads = attrs["kernel_shape"], attrs["strides"], attrs["pads"]
+    dil = attrs.get("dilations") or (1,) * nsp
+    extra = tuple(
+        max(0, (out[i] - 1) * st[i] + (ks[i] - 1) * dil[i] + 1 - (x.shape[2 + i] + pads[i] + pads[i + nsp]))
+        for i in range(nsp)
+    )
+    xp = _pad_spatial(x, pads, pad_value, extra, extra_value)
+    acc = None
+    for offs in product(*(range(k) for k in ks)):
+        win = _window(xp, tuple(o * d for o, d in zip(offs, dil)), st, out)
+        acc = win.copy() if acc is None else reduce(acc, win)
+    return acc
+
+
+@op(
+    "MaxPool",
+    infer=_pool_infer("MaxPool"),
+    dtypes=NUMERIC_TYPES,
+    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED, "ceil_mode": 0},
+)
+def max_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
+    """Max over each window; padding never wins."""
+    init = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    return _pool(x, attrs, init, np.maximum)
+
+
+@op(
+    "AveragePool",
+    infer=_pool_infer("AveragePool"),
+    dtypes=FLOAT_TYPES,
+    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "ceil_mode": 0, "count_include_pad": 0},
+)
+def average_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
+    """Mean over each window; the divisor counts explicit padding only if count_include_pad."""
+    total = _pool(x.astype(np.float64), attrs, 0.0, np.add)
+    # Per output position, the cells that are input (or explicit padding, when counted).
+    ones = np.ones((1, 1, *x.shape[2:]))
+    count = _pool(ones, attrs, 1.0 if attrs["count_include_pad"] else 0.0, np.add, extra_value=0.0)
+    return (total / count).astype(x.dtype)
+
+
+def _global_infer(attrs: dict, x: TensorType) -> TensorType:
+    if x.rank < 3:
+        raise UnsupportedShape("global pooling needs N x C x spatial input", expected="rank >= 3", found=x.rank)
+    return TensorType(x.dtype, (*x.shape[:2], *([1] * (x.rank - 2))))
+
+
+@op("GlobalAveragePool", infer=_global_infer, dtypes=FLOAT_TYPES)
+def global_average_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
+    """Mean over all spatial dims, kept as size-1 dims."""
+    return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=np.float64).astype(x.dtype)
+
+
+@op("GlobalMaxPool", infer=_global_infer, dtypes=NUMERIC_TYPES)
+def global_max_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
+    """Max over all spatial dims, kept as size-1 dims."""
+    return x.max(axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+# --- Normalization ---------------------------------------------------------------------------
+
+
+def _bn_infer(attrs: dict, x: TensorType, *params: TensorType) -> TensorType:
+    c = x.shape[1] if x.rank > 1 else None
+    for p in params:
+        if p.shape != (c,):
+            raise MismatchingShape("BatchNormalization parameters need one value per channel",
+                                   op="BatchNormalization", expected=(c,), found=p.shape)
+    return x
+
+
+@op("BatchNormalization", infer=_bn_infer, inputs=(5, 5), dtypes=FLOAT_TYPES, attrs={"epsilon": 1e-5})
+def batch_norm(attrs: dict, x, scale, bias, mean, var) -> np.ndarray:
+    """Inference-mode batch normalization over dim 1."""
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    inv = scale / np.sqrt(var.astype(np.float64) + attrs["epsilon"])
+    y = (x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape)
+    return y.astype(x.dtype)
+
+
+@op("LRN", infer=lambda a, x: x, dtypes=FLOAT_TYPES,
+    attrs={"size": REQUIRED, "alpha": 1e-4, "beta": 0.75, "bias": 1.0})
+def lrn(attrs: dict, x: np.ndarray) -> np.ndarray:
+    """Local response normalization across channels."""
+    size = attrs["size"]
+    sq = np.square(x.astype(np.float64))
+    c = x.shape[1]
+    lo, hi = (size - 1) // 2, size // 2  # ONNX: floor((size-1)/2) before, ceil((size-1)/2) after
+    hi = math.ceil((size - 1) / 2)
+    padded = np.pad(sq, [(0, 0), (lo, hi)] + [(0, 0)] * (x.ndim - 2))
+    s = sum(padded[:, i:i + c] for i in range(size))
+    return (x / (attrs["bias"] + attrs["alpha"] / size * s) ** attrs["beta"]).astype(x.dtype)
+
+
+def _ln_infer(attrs: dict, x: TensorType, scale: TensorType, *bias: TensorType) -> TensorType:
+    axis = attrs["axis"]
+    if not -x.rank <= axis < x.rank:
+        raise UnsupportedAttribute("axis out of range", op="LayerNormalization", expected=f"< {x.rank}", found=axis)
+    norm_shape = x.shape[axis % x.rank:]
+    for t in (scale, *bias):
+        broadcast_shapes(t.shape, norm_shape, op="LayerNormalization")
+    return x
+
+
+@op("LayerNormalization", infer=_ln_infer, inputs=(2, 3), dtypes=FLOAT_TYPES, attrs={"axis": -1, "epsilon": 1e-5})
+def layer_norm(attrs: dict, x: np.ndarray, scale: np.ndarray, *bias: np.ndarray) -> np.ndarray:
+    """Normalize over dims axis..end, then scale and shift."""
+    axes = tuple(range(attrs["axis"] % x.ndim, x.ndim))
+    xd = x.astype(np.float64)
+    mean = xd.mean(axis=axes, keepdims=True)
+    var = np.square(xd - mean).mean(axis=axes, keepdims=True)
+    y = (xd - mean) / np.sqrt(var + attrs["epsilon"]) * scale
+    if bias:
+        y = y + bias[0]
+    return y.astype(x.dtype)
+
+
+def _softmax_infer(name: str):
+    def infer(attrs: dict, x: TensorType) -> TensorType:
+        if not -x.rank <= attrs["axis"] < x.rank:
+            raise UnsupportedAttribute("axis out of range", op=name, expected=f"-{x.rank}..{x.rank - 1}",
+                                       found=attrs["axis"])
+        return x
+
+    return infer
+
+
+@op("Softmax", infer=_softmax_infer("Softmax"), dtypes=FLOAT_TYPES, attrs={"axis": -1})
+def softmax(attrs: dict, x: np.ndarray) -> np.ndarray:
+    """exp(x - max) / sum over one axis (opset-13 semantics; the importer reshapes older ones)."""
+    e = np.exp(x - x.max(axis=attrs["axis"], keepdims=True))
+    return (e / e.sum(axis=attrs["axis"], keepdims=True)).astype(x.dtype)
+
+
+@op("LogSoftmax", infer=_softmax_infer("LogSoftmax"), dtypes=FLOAT_TYPES, attrs={"axis": -1})
+def log_softmax(attrs: dict, x: np.ndarray) -> np.ndarray:
+    """x - max - log(sum(exp(x - max))) over one axis."""
+    s = x - x.max(axis=attrs["axis"], keepdims=True)
+    return (s - np.log(np.exp(s).sum(axis=attrs["axis"], keepdims=True))).astype(x.dtype)
+
+
+# --- Matrix products -------------------------------------------------------------------------
+
+
+def _gemm_infer(attrs: dict, a: TensorType, b: TensorType, *c: TensorType) -> TensorType:
+    if a.rank != 2 or b.rank != 2:
+        raise UnsupportedShape("Gemm operands must be matrices", op="Gemm", expected="rank 2",
+                               found=f"{a.rank} and {b.rank}")
+    _check_activation("Gemm", attrs)
+    m, k = a.shape[::-1] if attrs["transA"] else a.shape
+    k2, n = b.shape[::-1] if attrs["transB"] else b.shape
+    if k != k2:
+        raise MismatchingShape("inner dimensions differ", op="Gemm", expected=k, found=k2)
+    if c:
+        broadcast_shapes(c[0].shape, (m, n), op="Gemm")
+        if np.broadcast_shapes(c[0].shape, (m, n)) != (m, n):
+            raise MismatchingShape("C must broadcast to the output", op="Gemm", expected=(m, n), found=c[0].shape)
+    return TensorType(a.dtype, (m, n))
+
+
+@op(
+    "Gemm",
+    infer=_gemm_infer,
+    inputs=(2, 3),
+    dtypes=FLOAT_TYPES,
+    attrs={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0, **FUSED},
+)
+def gemm(attrs: dict, a: np.ndarray, b: np.ndarray, *c: np.ndarray) -> np.ndarray:
+    """alpha * op(A) @ op(B) + beta * C, then the fused activation."""
+    a = a.T if attrs["transA"] else a
+    b = b.T if attrs["transB"] else b
+    y = attrs["alpha"] * (a.astype(np.float64) @ b)
+    if c:
+        y = y + attrs["beta"] * c[0]
+    return apply_activation(y.astype(a.dtype), attrs)
+
+
+def matmul_shape(a: tuple, b: tuple, name: str = "MatMul") -> tuple:
+    """numpy matmul shape rule, 1-D operands promoted and squeezed again."""
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    if len(a2) < 2 or len(b2) < 2 or a2[-1] != b2[-2]:
+        raise MismatchingShape("inner dimensions differ", op=name, expected=a2[-1:], found=b2[-2:-1])
+    batch = broadcast_shapes(a2[:-2], b2[:-2], op=name)
+    out = (*batch, a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+def _matmul_infer(attrs: dict, a: TensorType, b: TensorType) -> TensorType:
+    if a.dtype != b.dtype:
+        raise MismatchingDatatype("operands differ in element type", op="MatMul", expected=str(a.dtype),
+                                  found=str(b.dtype))
+    _check_activation("MatMul", attrs)
+    return TensorType(a.dtype, matmul_shape(a.shape, b.shape))
+
+
+@op("MatMul", infer=_matmul_infer, inputs=(2, 2), dtypes=NUMERIC_TYPES, attrs=dict(FUSED))
+def matmul(attrs: dict, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy matmul (batched, broadcasting), then the fused activation."""
+    return apply_activation(np.matmul(a, b).astype(a.dtype), attrs)

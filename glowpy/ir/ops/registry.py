@@ -1,0 +1,113 @@
+"""The op registry: each IR op is declared exactly once.
+
+A declaration gives the op's name, its attributes with defaults, the element types it accepts,
+its type/shape inference and its reference semantics (numpy). The importer maps ONNX onto these
+ops, the interpreter runs `compute`, constant folding reuses `compute`, and the compatibility
+path and the verifier read `attrs`, `dtypes` and `infer`. Nothing else restates these facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from glowpy.errors import InternalError, UnsupportedAttribute, UnsupportedDatatype
+from glowpy.ir.types import ALL_TYPES, TensorType
+
+REQUIRED = object()  # sentinel default: the attribute must be given
+
+InferFn = Callable[..., "TensorType | Sequence[TensorType]"]
+ComputeFn = Callable[..., "np.ndarray | Sequence[np.ndarray]"]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Declaration of one IR op.
+
+    `infer(attrs, *input_types)` returns the output type(s); `compute(attrs, *arrays)` returns the
+    output array(s). `inputs` is (min, max) arity, max None for variadic. `dtypes` is the set of
+    element types accepted for input 0 (the op's main operand; index-like operands are checked in
+    `infer`). `elementwise` marks ops a backend may fuse into one loop.
+    """
+
+    name: str
+    infer: InferFn
+    compute: ComputeFn
+    attrs: dict[str, Any] = field(default_factory=dict)
+    inputs: tuple[int, int | None] = (1, 1)
+    num_outputs: int | Callable[[dict[str, Any]], int] = 1
+    dtypes: frozenset = ALL_TYPES
+    elementwise: bool = False
+    doc: str = ""
+
+    def outputs_for(self, attrs: dict[str, Any]) -> int:
+        return self.num_outputs(attrs) if callable(self.num_outputs) else self.num_outputs
+
+    def make_attrs(self, given: dict[str, Any], *, node: str | None = None) -> dict[str, Any]:
+        """Attributes with defaults filled in; unknown or missing required ones raise."""
+        unknown = set(given) - set(self.attrs)
+        if unknown:
+            raise UnsupportedAttribute(
+                f"unknown attribute(s) {sorted(unknown)}", node=node, op=self.name,
+                expected=sorted(self.attrs), found=sorted(given),
+            )
+        out = {}
+        for key, default in self.attrs.items():
+            if key in given:
+                out[key] = given[key]
+            elif default is REQUIRED:
+                raise UnsupportedAttribute(f"attribute '{key}' is required", node=node, op=self.name)
+            else:
+                out[key] = default
+        return out
+
+    def infer_types(
+        self, attrs: dict[str, Any], input_types: Sequence[TensorType], *, node: str | None = None
+    ) -> list[TensorType]:
+        lo, hi = self.inputs
+        if len(input_types) < lo or (hi is not None and len(input_types) > hi):
+            raise InternalError(
+                "wrong number of inputs", node=node, op=self.name,
+                expected=f"{lo}..{hi if hi is not None else 'n'}", found=len(input_types),
+            )
+        if input_types and input_types[0].dtype not in self.dtypes:
+            raise UnsupportedDatatype(
+                "element type not supported", node=node, op=self.name,
+                expected=sorted(str(d) for d in self.dtypes), found=str(input_types[0].dtype),
+            )
+        result = self.infer(attrs, *input_types)
+        return [result] if isinstance(result, TensorType) else list(result)
+
+    def run(self, attrs: dict[str, Any], arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        result = self.compute(attrs, *arrays)
+        return [result] if isinstance(result, np.ndarray) else list(result)
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    if opdef.name in OPS:
+        raise InternalError(f"IR op '{opdef.name}' declared twice")
+    OPS[opdef.name] = opdef
+    return opdef
+
+
+def op(name: str, *, infer: InferFn, **kwargs: Any) -> Callable[[ComputeFn], ComputeFn]:
+    """Decorator form: the decorated function is the op's reference semantics."""
+
+    def wrap(compute: ComputeFn) -> ComputeFn:
+        register(OpDef(name, infer=infer, compute=compute, doc=(compute.__doc__ or "").strip(), **kwargs))
+        return compute
+
+    return wrap
+
+
+def get_op(name: str) -> OpDef:
+    opdef = OPS.get(name)
+    if opdef is None:
+        raise InternalError(f"unknown IR op '{name}'")
+    return opdef
