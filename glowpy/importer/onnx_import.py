@@ -256,8 +256,8 @@ class Importer:
         for d in dims:
             if isinstance(d, int) and d > 0:
                 shape.append(d)
-            elif isinstance(d, str) and isinstance(self.shapes.get(d), int):
-                shape.append(int(self.shapes[d]))
+            elif isinstance(d, str) and self._symbol(d) is not None:
+                shape.append(self._symbol(d))
             else:
                 sym = f"'{d}'" if isinstance(d, str) else "an unknown dim"
                 raise UnsupportedShape(
@@ -265,6 +265,15 @@ class Importer:
                     f"{{'{info.name}': [...]}}" + (f" or shapes={{'{d}': N}}" if isinstance(d, str) else ""),
                     expected="static dims", found=self._fmt(dims))
         return TensorType(dtype, tuple(shape))
+
+    def _symbol(self, sym: str) -> int | None:
+        """A symbolic dim bound by shapes={sym: N} (an int or a one-element sequence)."""
+        val = self.shapes.get(sym)
+        if isinstance(val, int):
+            return val
+        if isinstance(val, (tuple, list)) and len(val) == 1:
+            return int(val[0])
+        return None
 
     @staticmethod
     def _fmt(dims: Sequence[Any]) -> str:

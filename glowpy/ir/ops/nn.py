@@ -421,3 +421,18 @@ def _matmul_infer(attrs: dict, a: TensorType, b: TensorType) -> TensorType:
 def matmul(attrs: dict, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """numpy matmul (batched, broadcasting), then the fused activation."""
     return apply_activation(np.matmul(a, b).astype(a.dtype), attrs)
+
+
+def _fc_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType) -> TensorType:
+    if x.rank != 2 or w.rank != 2 or x.shape[1] != w.shape[0] or b.shape != (w.shape[1],):
+        raise MismatchingShape("FullyConnected needs X (M, K), W (K, N), B (N)", op="FullyConnected",
+                               expected="(M, K) (K, N) (N,)", found=f"{x.shape} {w.shape} {b.shape}")
+    _check_activation("FullyConnected", attrs)
+    return TensorType(x.dtype, (x.shape[0], w.shape[1]))
+
+
+@op("FullyConnected", infer=_fc_infer, inputs=(3, 3), dtypes=FLOAT_TYPES, attrs=dict(FUSED))
+def fully_connected(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """X @ W + B with W stored (K, N), then the fused activation. Made by the optimizer from
+    MatMul + Add and Gemm; never imported directly."""
+    return apply_activation((x.astype(np.float64) @ w + b).astype(x.dtype), attrs)

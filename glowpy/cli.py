@@ -1,0 +1,206 @@
+"""The `glowpy` command line.
+
+Each subcommand is a pair: `add_<name>(subparsers)` declares its arguments, `cmd_<name>(args)`
+does the work and returns the exit code. Errors a user can cause (bad path, bad file, unknown
+input, wrong shape) print one line and exit 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for: reported in one line, exit 2."""
+
+
+# --- argument parsing helpers -----------------------------------------------------------------------
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.lower().replace(",", "x").split("x") if d != "")
+    except ValueError:
+        raise UsageError(f"bad shape '{text}': expected dims like 1x3x224x224") from None
+    if not dims or any(d <= 0 for d in dims):
+        raise UsageError(f"bad shape '{text}': dims must be positive integers")
+    return dims
+
+
+def _name_value(text: str, flag: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise UsageError(f"{flag} {text}: expected NAME=VALUE")
+    name, value = text.rsplit("=", 1)
+    return name, value
+
+
+def load_array(path: str) -> np.ndarray:
+    """Read a .npy file or an ONNX TensorProto (.pb)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"input file '{path}' does not exist")
+    try:
+        if p.suffix == ".npy":
+            return np.load(p, allow_pickle=False)
+        if p.suffix == ".pb":
+            import onnx
+            from onnx import numpy_helper
+
+            return numpy_helper.to_array(onnx.load_tensor(str(p)))
+    except Exception as e:  # noqa: BLE001  (any decode failure is the user's file)
+        raise UsageError(f"cannot read input file '{path}': {e}") from None
+    raise UsageError(f"input file '{path}': expected .npy or .pb")
+
+
+def deterministic_input(dtype: np.dtype, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    """The input `glowpy run` uses when none is given: seeded, the same on every machine."""
+    rng = np.random.default_rng(seed)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(dtype)
+    return rng.integers(0, 10, shape).astype(dtype)
+
+
+def _fmt_ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def _human_count(n: int) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return str(n)
+
+
+def _human_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+# --- glowpy run ------------------------------------------------------------------------------------
+
+
+def add_run(sub: argparse._SubParsersAction) -> None:
+    from glowpy.backends import BACKENDS, DEFAULT_BACKEND
+
+    p = sub.add_parser("run", help="compile a model and run it", description=(
+        "Compile an ONNX model and run it. Without MODEL, runs the ResNet-50 that the installed onnx package "
+        "ships, on a deterministic input."))
+    p.add_argument("model", nargs="?", help="path of an .onnx file (default: onnx's light ResNet-50)")
+    p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE",
+                   help="feed input NAME from FILE (.npy or TensorProto .pb); repeatable")
+    p.add_argument("--shape", "-s", action="append", default=[], metavar="NAME=DIMS",
+                   help="bind the shape of input NAME (e.g. data=1x3x224x224), or a symbolic dim (batch=4)")
+    p.add_argument("--backend", "-b", default=DEFAULT_BACKEND, choices=sorted(BACKENDS), help="default: %(default)s")
+    p.add_argument("--iterations", "-n", type=int, default=10, help="timed runs after one warm-up (default: 10)")
+    p.add_argument("--output", "-o", metavar="FILE.npz", help="save the outputs to an .npz file")
+    p.set_defaults(func=cmd_run)
+
+
+def _shape_bindings(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """--shape NAME=DIMS: a full shape for an input, or one number for a symbolic dim (batch=4)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, dims = _name_value(item, "--shape")
+        shapes[name] = parse_shape(dims)
+    return shapes
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import glowpy
+    from glowpy.models import default_model_path
+
+    if args.iterations < 1:
+        raise UsageError("--iterations must be at least 1")
+    model_path = args.model or str(default_model_path())
+    shapes = _shape_bindings(args.shape)
+    t0 = time.perf_counter()
+    graph = glowpy.load(model_path, shapes=shapes or None)
+    import_s = time.perf_counter() - t0
+    compiled = glowpy.compile(graph, backend=args.backend)
+
+    print(f"model     {model_path}" + ("  (default: onnx's light ResNet-50)" if not args.model else ""))
+    for v in graph.inputs:
+        print(f"input     {v.name}: {v.type}")
+    for v in graph.outputs:
+        print(f"output    {v.name}: {v.type}")
+    print(f"graph     {len(graph.nodes)} nodes, {_human_count(graph.num_parameters)} parameters "
+          f"({_human_bytes(sum(c.type.nbytes for c in graph.constants.values()))})")
+    cache = " (cached)" if compiled.cached else ""
+    print(f"compile   {args.backend}: import {_fmt_ms(import_s)}, compile {_fmt_ms(compiled.compile_seconds)}{cache}"
+          + (f", arena {_human_bytes(compiled.arena_size)}" if compiled.arena_size else ""))
+
+    feeds: dict[str, np.ndarray] = {}
+    for item in args.input:
+        name, path = _name_value(item, "--input")
+        feeds[name] = load_array(path)
+    for v in graph.inputs:
+        if v.name not in feeds:
+            feeds[v.name] = deterministic_input(v.dtype, v.shape)
+
+    outputs = compiled.run(feeds)  # warm-up, and the outputs we report
+    times = []
+    for _ in range(args.iterations):
+        t = time.perf_counter()
+        compiled.run(feeds)
+        times.append(time.perf_counter() - t)
+    for name, arr in outputs.items():
+        print(f"result    {name}: shape {list(arr.shape)} {arr.dtype}")
+        flat = arr.reshape(arr.shape[0], -1) if arr.ndim >= 2 else arr.reshape(1, -1)
+        if arr.dtype.kind == "f" and flat.shape[1] >= 5 and flat.shape[1] == arr.size // arr.shape[0]:
+            top = np.argsort(-flat[0], kind="stable")[:5]
+            print("top-5     " + "  ".join(f"{int(i)}:{flat[0, i]:.4f}" for i in top))
+    p50, p90 = np.percentile(times, 50), np.percentile(times, 90)
+    print(f"latency   p50 {_fmt_ms(p50)}  p90 {_fmt_ms(p90)}  over {args.iterations} runs")
+    if args.output:
+        np.savez(args.output, **outputs)
+        print(f"saved     {args.output}")
+    return EXIT_OK
+
+
+# --- entry -----------------------------------------------------------------------------------------
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from glowpy import __version__
+
+    parser = argparse.ArgumentParser(prog="glowpy", description="A Glow-style graph compiler for ONNX models.")
+    parser.add_argument("--version", action="version", version=f"glowpy {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from glowpy.errors import GlowpyError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except (UsageError, GlowpyError) as e:
+        print(f"glowpy {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

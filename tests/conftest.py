@@ -1,0 +1,56 @@
+"""Shared fixtures: light models, random-weight models, and the backends every op test runs on."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from glowpy.backends import BACKENDS  # noqa: E402
+
+# Backends every behavioural test runs on. A backend whose factory raises (not landed) is left out
+# explicitly here, not skipped silently per test.
+def _available_backends() -> list[str]:
+    names = []
+    for name, factory in BACKENDS.items():
+        try:
+            factory()
+        except Exception:  # noqa: BLE001
+            continue
+        names.append(name)
+    return names
+
+
+AVAILABLE_BACKENDS = _available_backends()
+
+
+@pytest.fixture(params=AVAILABLE_BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where random-weight models are written (the repo's models/ cache, shared across workers)."""
+    d = ROOT / "models"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+@pytest.fixture(scope="session")
+def random_model(models_dir: Path):
+    """random_model(name) -> path of the seeded random-weight version of a light model."""
+    from tools.prepare_models import prepare
+
+    return lambda name: prepare(name, models_dir)
+
+
+def rand(shape, dtype=np.float32, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(shape).astype(dtype)
