@@ -83,7 +83,9 @@ class OpDef:
 
     def run(self, attrs: dict[str, Any], arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         result = self.compute(attrs, *arrays)
-        return [result] if isinstance(result, np.ndarray) else list(result)
+        if isinstance(result, (list, tuple)):
+            return [np.asarray(r) for r in result]
+        return [np.asarray(result)]  # numpy reductions of 0-d arrays give scalars
 
 
 OPS: dict[str, OpDef] = {}
