@@ -197,7 +197,8 @@ _CONV_ATTRS = {"auto_pad": AUTO_PAD, "dilations": POSITIVE_INTS, "group": POSITI
 
 
 def spatial_pads(ctx: NodeContext, in_sp: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
-                 dilations: tuple[int, ...], *, transposed: bool = False) -> tuple[int, ...]:
+                 dilations: tuple[int, ...], *, transposed: bool = False,
+                 output_padding: tuple[int, ...] | None = None) -> tuple[int, ...]:
     """Explicit (begins..., ends...) pads, with auto_pad resolved."""
     n = len(in_sp)
     auto = ctx.attr("auto_pad", "NOTSET")
@@ -209,16 +210,17 @@ def spatial_pads(ctx: NodeContext, in_sp: tuple[int, ...], kernel: tuple[int, ..
     if auto == "VALID":
         return (0,) * (2 * n)
     begins, ends = [], []
-    for size, k, s, d in zip(in_sp, kernel, strides, dilations):
+    out_pad = output_padding or (0,) * n
+    for size, k, s, d, op in zip(in_sp, kernel, strides, dilations, out_pad):
         eff = (k - 1) * d + 1
-        if transposed:
-            total = max(0, s * (size - 1) + eff - size * s)
+        if transposed:  # the output is input * stride; pads crop the full transposed output to it
+            total = max(0, s * (size - 1) + op + eff - size * s)
         else:
             out = -(-size // s)
             total = max(0, (out - 1) * s + eff - size)
         small, big = total // 2, total - total // 2
-        # SAME_UPPER puts the odd pixel at the end; SAME_LOWER at the beginning (flipped for ConvTranspose).
-        upper = (auto == "SAME_UPPER") != transposed
+        # SAME_UPPER puts the odd pixel at the end, SAME_LOWER at the beginning.
+        upper = auto == "SAME_UPPER"
         begins.append(small if upper else big)
         ends.append(big if upper else small)
     return tuple(begins + ends)
@@ -268,7 +270,7 @@ def conv_transpose(ctx: NodeContext) -> list[Value]:
         upper = ctx.attr("auto_pad", "NOTSET") != "SAME_LOWER"
         pads = tuple([t // 2 if upper else t - t // 2 for t in totals] + [t - t // 2 if upper else t // 2 for t in totals])
     else:
-        pads = spatial_pads(ctx, in_sp, kernel, strides, dilations, transposed=True)
+        pads = spatial_pads(ctx, in_sp, kernel, strides, dilations, transposed=True, output_padding=out_pad)
     b = ctx.input(2) if ctx.has_input(2) else ctx.constant(np.zeros(w.shape[1] * g, dtype=x.dtype), "bias")
     return ctx.emit("ConvTranspose", [x, w, b], {"group": g, "strides": strides, "pads": pads,
                                                  "dilations": dilations, "output_padding": out_pad})
