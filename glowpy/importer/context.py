@@ -86,6 +86,14 @@ class NodeContext:
     def constant(self, data: np.ndarray, suffix: str = "const") -> Value:
         return self.graph.add_constant(f"{self.name}.{suffix}", np.asarray(data), unique=True)
 
+    def output_constant(self, i: int, data: np.ndarray) -> Value:
+        """A constant that is this node's ONNX output i, named after that output when the name is free
+        (so a graph output produced by Constant / Shape / ConstantOfShape keeps its ONNX name)."""
+        out = self.node.output[i] if i < len(self.node.output) else ""
+        if out and not self.graph.has_name(out):
+            return self.graph.add_constant(out, np.asarray(data))
+        return self.constant(data, f"output{i}")
+
     def axis(self, axis: int, rank: int) -> int:
         if not -rank <= axis < rank:
             raise self.unsupported("axis out of range", expected=f"-{rank}..{rank - 1}", found=axis)

@@ -216,7 +216,7 @@ class Importer:
                                    f"its path so the file can be found")
             try:
                 arr = numpy_helper.to_array(t, self.base_dir or "")
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, onnx.checker.ValidationError) as e:
                 raise InvalidModel(f"initializer '{t.name}' cannot be read: {e}") from None
             arr.flags.writeable = False
             self.values[t.name] = self.graph.add_constant(t.name, arr)

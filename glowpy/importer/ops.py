@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from glowpy.errors import InvalidModel, UnsupportedDatatype
+from glowpy.errors import InvalidModel, MismatchingShape, UnsupportedDatatype
 from glowpy.importer.context import NodeContext
 from glowpy.importer.table import (
     AUTO_PAD,
@@ -88,7 +88,7 @@ def dropout(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     out = ctx.emit("Dropout", [x])
     if len(ctx.node.output) > 1 and ctx.node.output[1]:
-        out.append(ctx.constant(np.ones(x.shape, dtype=np.bool_), "mask"))
+        out.append(ctx.output_constant(1, np.ones(x.shape, dtype=np.bool_)))
     return out
 
 
@@ -119,9 +119,17 @@ _binary("Equal", ALL_TYPES)
 @onnx_op("Pow", dtypes=NUMERIC_TYPES)
 def pow_(ctx: NodeContext) -> list[Value]:
     base, exp = ctx.input(0), ctx.input(1)
-    if exp.dtype != base.dtype:  # Pow(T, T1): the exponent may have its own type
-        exp = ctx.emit1("Cast", [exp], {"to": base.dtype})
-    return ctx.emit("Pow", [base, exp])
+    if exp.dtype == base.dtype:
+        return ctx.emit("Pow", [base, exp])
+    # Pow(T, T1): the exponent may have its own type. An integer exponent is exact in any float type;
+    # an integer base with a float exponent is computed in double and truncated back (2 ** 1.5 -> 2).
+    if base.dtype.kind == "f":
+        return ctx.emit("Pow", [base, ctx.emit1("Cast", [exp], {"to": base.dtype})])
+    if exp.dtype.kind == "f":
+        f64 = np.dtype(np.float64)
+        y = ctx.emit1("Pow", [ctx.emit1("Cast", [base], {"to": f64}), ctx.emit1("Cast", [exp], {"to": f64})])
+        return ctx.emit("Cast", [y], {"to": base.dtype})
+    return ctx.emit("Pow", [base, ctx.emit1("Cast", [exp], {"to": base.dtype})])
 
 
 def _variadic(op_type: str, ir_op: str) -> None:
@@ -169,7 +177,7 @@ def constant(ctx: NodeContext) -> list[Value]:
     else:
         dtype = np.float32 if "float" in key else np.int64
         data = np.array(val, dtype=dtype)
-    return [ctx.constant(data, "value")]
+    return [ctx.output_constant(0, data)]
 
 
 @onnx_op("ConstantOfShape", attrs={"value": TENSOR}, dtypes=frozenset({np.dtype(np.int64)}), const_inputs=(0,),
@@ -187,7 +195,7 @@ def constant_of_shape(ctx: NodeContext) -> list[Value]:
     if any(d < 0 for d in shape):
         raise ctx.unsupported("shape has negative dims", found=list(shape))
     # broadcast_to gives a read-only view: the weight costs one element until a backend packs it.
-    return [ctx.constant(np.broadcast_to(fill[:1].reshape(()), shape), "filled")]
+    return [ctx.output_constant(0, np.broadcast_to(fill[:1].reshape(()), shape))]
 
 
 # --- convolution and pooling ---------------------------------------------------------------------
@@ -241,6 +249,9 @@ def _spatial_attrs(ctx: NodeContext, x: Value, kernel: tuple[int, ...]) -> tuple
 @onnx_op("Conv", attrs=_CONV_ATTRS, const_inputs=())
 def conv(ctx: NodeContext) -> list[Value]:
     x, w = ctx.input(0), ctx.input(1)
+    if x.type.rank != w.type.rank:
+        raise ctx.error(MismatchingShape, "input rank does not match the weight", expected=f"rank {w.type.rank}",
+                        found=f"rank {x.type.rank} {list(x.shape)}")
     kernel = tuple(ctx.attr("kernel_shape", w.shape[2:]))
     if kernel != tuple(w.shape[2:]):
         raise ctx.error(InvalidModel, "kernel_shape disagrees with the weight", expected=list(w.shape[2:]),
@@ -545,7 +556,7 @@ def shape(ctx: NodeContext) -> list[Value]:
     # Shapes are static: the result is a fact of the input type, a constant from the start.
     dims = ctx.input(0).shape
     start, end = ctx.attr("start", 0), ctx.attr("end", len(dims))
-    return [ctx.constant(np.array(dims[slice(start, end)], dtype=np.int64), "shape")]
+    return [ctx.output_constant(0, np.array(dims[slice(start, end)], dtype=np.int64))]
 
 
 @onnx_op("Pad", attrs={"mode": one_of("constant", "reflect", "edge"), "pads": INTS, "value": FLOAT},
