@@ -1,0 +1,1 @@
+"""Per-op tests: one-node ONNX models, glowpy against onnx.reference.ReferenceEvaluator."""
