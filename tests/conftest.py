@@ -14,6 +14,7 @@ if str(ROOT) not in sys.path:
 
 from glowpy.backends import BACKENDS  # noqa: E402
 
+
 # Backends every behavioural test runs on. A backend whose factory raises (not landed) is left out
 # explicitly here, not skipped silently per test.
 def _available_backends() -> list[str]:
