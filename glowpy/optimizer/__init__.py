@@ -1,0 +1,153 @@
+"""The optimizer: the pipeline of passes that rewrites an IR graph before a backend compiles it.
+
+Read PIPELINE top to bottom: it is the table of contents. Each pass is a function in this package
+with a docstring saying what it rewrites; `glowpy.optimize(graph, backend)` runs them on a copy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from glowpy.ir.graph import Graph
+from glowpy.optimizer.fold import (
+    fold_batchnorm,
+    fold_channel_affine,
+    gemm_to_fully_connected,
+    matmul_add_to_fully_connected,
+)
+from glowpy.optimizer.fuse import fuse_activation, fuse_residual_add
+from glowpy.optimizer.layout import cancel_transposes, merge_reshapes, sink_transposes
+from glowpy.optimizer.lower import LOWERINGS, lower_nodes
+from glowpy.optimizer.manager import (
+    OptimizeStats,
+    Pass,
+    PassRecord,
+    Stage,
+    run_pass,
+    run_pipeline,
+    stage_and_pass_names,
+    verify_by_default,
+)
+from glowpy.optimizer.simplify import (
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+    fold_constants,
+    merge_constants,
+    remove_noops,
+)
+
+if TYPE_CHECKING:
+    from glowpy.backends.base import Backend
+
+SIMPLIFY = (
+    Pass("eliminate_dead_code", eliminate_dead_code),
+    Pass("remove_noops", remove_noops),
+    Pass("fold_constants", fold_constants),
+    Pass("merge_reshapes", merge_reshapes),
+    Pass("cancel_transposes", cancel_transposes),
+    Pass("sink_transposes", sink_transposes),
+    Pass("eliminate_common_subexpressions", eliminate_common_subexpressions),
+)
+
+PIPELINE: tuple[Stage, ...] = (
+    # Clean the imported graph: weights computed by the model become constants.
+    Stage("simplify", SIMPLIFY, fixed_point=True),
+    # Per-channel arithmetic into the weights of the op that produced it.
+    Stage("fold", (
+        Pass("fold_batchnorm", fold_batchnorm),
+        Pass("fold_channel_affine", fold_channel_affine),
+        Pass("gemm_to_fully_connected", gemm_to_fully_connected, uses_backend=True),
+    ), fixed_point=True),
+    # Decompose what the backend does not implement (Backend.should_lower), then tidy up after it.
+    Stage("lower", (Pass("lower_nodes", lower_nodes, uses_backend=True),)),
+    Stage("resimplify", SIMPLIFY, fixed_point=True),
+    # Fewer, fatter nodes: epilogues the backend emits inside the producing loop.
+    Stage("fuse", (
+        Pass("matmul_add_to_fully_connected", matmul_add_to_fully_connected, uses_backend=True),
+        Pass("fuse_residual_add", fuse_residual_add),
+        Pass("fuse_activation", fuse_activation),
+    ), fixed_point=True),
+    # Weights with equal data are stored once (only now: sharing them earlier would make equal
+    # convolutions one node with several users, which then could not absorb their normalizations).
+    Stage("cleanup", (
+        Pass("merge_constants", merge_constants),
+        Pass("eliminate_common_subexpressions", eliminate_common_subexpressions),
+        Pass("eliminate_dead_code", eliminate_dead_code),
+    ), fixed_point=True),
+)
+
+
+def clone(graph: Graph) -> Graph:
+    """A copy with the same names; constant arrays are shared (passes never write into them)."""
+    g = Graph(graph.name)
+    new = {}
+    for v in graph.inputs:
+        new[id(v)] = g.add_input(v.name, v.type)
+    for v in graph.constants.values():
+        new[id(v)] = g.add_constant(v.name, v.data)
+    for n in graph.nodes:
+        copy = g.add_node(n.op, [new[id(v)] for v in n.inputs], dict(n.attrs), name=n.name,
+                          output_names=[o.name for o in n.outputs])
+        for a, b in zip(n.outputs, copy.outputs):
+            new[id(a)] = b
+    g.outputs = [new[id(v)] for v in graph.outputs]
+    return g
+
+
+def optimize(
+    graph: Graph,
+    backend: Backend | str | None = None,
+    *,
+    verify: bool | None = None,
+    stats: OptimizeStats | None = None,
+    stop_after: str | None = None,
+    in_place: bool = False,
+    pipeline: tuple[Stage, ...] = PIPELINE,
+) -> Graph:
+    """Run the optimization pipeline for `backend` (None: keep every op) and return the result.
+
+    The input graph is left as it is unless `in_place`. `verify` (default: on when GLOWPY_VERIFY=1)
+    runs `graph.verify()` after every pass; `stats` collects op counts and per-pass figures;
+    `stop_after` names a stage or pass to stop after (for `glowpy dump --after`).
+    """
+    if isinstance(backend, str):
+        from glowpy.backends import get_backend
+
+        backend = get_backend(backend)
+    g = graph if in_place else clone(graph)
+    return run_pipeline(g, pipeline, backend, verify=verify_by_default() if verify is None else verify,
+                        stats=stats, stop_after=stop_after)
+
+
+def pass_names(pipeline: tuple[Stage, ...] = PIPELINE) -> list[str]:
+    """Stage and pass names in pipeline order (what `stop_after` accepts)."""
+    return stage_and_pass_names(pipeline)
+
+
+__all__ = [
+    "LOWERINGS",
+    "PIPELINE",
+    "OptimizeStats",
+    "Pass",
+    "PassRecord",
+    "Stage",
+    "cancel_transposes",
+    "clone",
+    "eliminate_common_subexpressions",
+    "eliminate_dead_code",
+    "fold_batchnorm",
+    "fold_channel_affine",
+    "fold_constants",
+    "fuse_activation",
+    "fuse_residual_add",
+    "gemm_to_fully_connected",
+    "lower_nodes",
+    "matmul_add_to_fully_connected",
+    "merge_constants",
+    "merge_reshapes",
+    "optimize",
+    "pass_names",
+    "remove_noops",
+    "run_pass",
+    "sink_transposes",
+]
