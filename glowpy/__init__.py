@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from glowpy import optimizer as _optimizer
 from glowpy.backends import DEFAULT_BACKEND, get_backend
 from glowpy.compiled import CompiledModel
 from glowpy.errors import GlowpyError, Status
 from glowpy.importer import ModelLike, ShapeMap, import_model
 from glowpy.ir import Graph
+from glowpy.optimizer import optimize
 
 __version__ = "0.1.0"
 
@@ -31,15 +33,19 @@ def compile(  # noqa: A001  (the verb users expect)
     model: ModelLike | Graph,
     backend: str = DEFAULT_BACKEND,
     shapes: ShapeMap | None = None,
+    optimize: bool = True,
     **options: Any,
 ) -> CompiledModel:
-    """Import `model` and compile it for `backend` ("interpreter"; "cpu" once it lands)."""
+    """Import `model`, optimize it for `backend` (unless `optimize=False`) and compile it for
+    `backend` ("interpreter"; "cpu" once it lands)."""
     be = get_backend(backend)
     graph = load(model, shapes)
     start = time.perf_counter()
+    if optimize:
+        graph = _optimizer.optimize(graph, be)
     executable = be.compile(graph, **options)
     return CompiledModel(graph, executable, be.name, compile_seconds=time.perf_counter() - start,
                          cached=getattr(executable, "cached", False))
 
 
-__all__ = ["CompiledModel", "Graph", "GlowpyError", "Status", "__version__", "compile", "load"]
+__all__ = ["CompiledModel", "Graph", "GlowpyError", "Status", "__version__", "compile", "load", "optimize"]
