@@ -272,19 +272,37 @@ def conv_transpose(ctx: NodeContext) -> list[Value]:
     n = len(kernel)
     out_pad = tuple(ctx.attr("output_padding", [0] * n))
     in_sp = x.shape[2:]
-    if ctx.attr("output_shape") is not None:
-        target = tuple(ctx.attr("output_shape"))[-n:]
+    auto = ctx.attr("auto_pad", "NOTSET")
+    m = w.shape[1] * g
+    b = ctx.input(2) if ctx.has_input(2) else None
+    attrs = {"group": g, "strides": strides, "dilations": dilations, "output_padding": out_pad}
+    if ctx.attr("output_shape") is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        # The output size is given (output_shape, or input * stride for SAME): pads are what crops the
+        # full transposed output to it. SAME_UPPER puts total // 2 at the beginning; NOTSET and SAME_LOWER
+        # put total - total // 2 there (the spec's equations; onnx.reference and onnxruntime agree).
+        if ctx.attr("output_shape") is not None:
+            target = tuple(ctx.attr("output_shape"))[-n:]
+        else:
+            target = tuple(i * s for i, s in zip(in_sp, strides))
         totals = [s * (i - 1) + op + (k - 1) * d + 1 - t
                   for s, i, op, k, d, t in zip(strides, in_sp, out_pad, kernel, dilations, target)]
-        if any(t < 0 for t in totals):
-            raise ctx.unsupported("output_shape is larger than the full transposed output", found=list(target))
-        upper = ctx.attr("auto_pad", "NOTSET") != "SAME_LOWER"
-        pads = tuple([t // 2 if upper else t - t // 2 for t in totals] + [t - t // 2 if upper else t // 2 for t in totals])
+        begins = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in totals]
+        pads = tuple(begins + [t - bg for t, bg in zip(totals, begins)])
     else:
         pads = spatial_pads(ctx, in_sp, kernel, strides, dilations, transposed=True, output_padding=out_pad)
-    b = ctx.input(2) if ctx.has_input(2) else ctx.constant(np.zeros(w.shape[1] * g, dtype=x.dtype), "bias")
-    return ctx.emit("ConvTranspose", [x, w, b], {"group": g, "strides": strides, "pads": pads,
-                                                 "dilations": dilations, "output_padding": out_pad})
+    if all(p >= 0 for p in pads):
+        if b is None:
+            b = ctx.constant(np.zeros(m, dtype=x.dtype), "bias")
+        return ctx.emit("ConvTranspose", [x, w, b], {**attrs, "pads": pads})
+    # The requested output is larger than the full transposed output (a kernel smaller than the stride):
+    # negative pads extend it, and the extension holds just the bias.
+    zero = ctx.constant(np.zeros(m, dtype=x.dtype), "bias")
+    y = ctx.emit1("ConvTranspose", [x, w, zero], {**attrs, "pads": tuple(max(0, p) for p in pads)})
+    grow = [max(0, -p) for p in pads]
+    y = ctx.emit1("Pad", [y], {"pads": (0, 0, *grow[:n], 0, 0, *grow[n:]), "mode": "constant", "value": 0.0})
+    if b is not None:
+        y = ctx.emit1("Add", [y, ctx.emit1("Reshape", [b], {"shape": (m, *([1] * n))})])
+    return [y]
 
 
 def _pool(op_type: str, extra: dict[str, Rule]) -> None:

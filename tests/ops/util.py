@@ -4,6 +4,9 @@
 inputs to both, and compares every output: same dtype, same shape, values within rtol 1e-4 /
 atol 1e-5 for floats (looser for float16), exact for integers and bools.
 
+Where the reference evaluator itself is wrong (each such test says how), `oracle="onnxruntime"`
+compares against onnxruntime instead; the test is skipped if onnxruntime is not installed.
+
 `inputs` is a list, one entry per ONNX operand, in order:
   - an ndarray: a graph input fed at run time,
   - `Const(array)`: an initializer (compile-time operand: shapes, axes, pads, weights...),
@@ -101,6 +104,16 @@ def node_model(
     return model, feeds
 
 
+def run_oracle(model: onnx.ModelProto, feeds: dict[str, np.ndarray], oracle: str = "reference") -> list:
+    if oracle == "reference":
+        return ReferenceEvaluator(model).run(None, feeds)
+    if oracle == "onnxruntime":
+        ort = pytest.importorskip("onnxruntime")
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, feeds)
+    raise ValueError(f"unknown oracle {oracle!r}")
+
+
 def tolerances(dtype: np.dtype) -> dict[str, float]:
     if dtype == np.float16:
         return {"rtol": 2e-3, "atol": 2e-3}
@@ -131,10 +144,11 @@ def check(
     outputs: int | Sequence[str] = 1,
     rtol: float | None = None,
     atol: float | None = None,
+    oracle: str = "reference",
 ) -> dict[str, np.ndarray]:
-    """Run one node on glowpy and on the ONNX reference; assert they agree; return glowpy's outputs."""
+    """Run one node on glowpy and on the oracle; assert they agree; return glowpy's outputs."""
     model, feeds = node_model(op_type, inputs, opset=opset, attrs=attrs, outputs=outputs)
-    want = ReferenceEvaluator(model).run(None, feeds)
+    want = run_oracle(model, feeds, oracle)
     out_names = [o.name for o in model.graph.output]
     got = glowpy.compile(model, backend=backend).run(feeds)
     assert list(got) == out_names
