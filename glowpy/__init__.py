@@ -16,6 +16,7 @@ from glowpy.backends import DEFAULT_BACKEND, get_backend
 from glowpy.compiled import CompiledModel
 from glowpy.errors import GlowpyError, Status
 from glowpy.importer import ModelLike, ShapeMap, import_model
+from glowpy.importer.compat import CompatReport, check
 from glowpy.ir import Graph
 from glowpy.optimizer import optimize
 
@@ -48,4 +49,5 @@ def compile(  # noqa: A001  (the verb users expect)
                          cached=getattr(executable, "cached", False))
 
 
-__all__ = ["CompiledModel", "Graph", "GlowpyError", "Status", "__version__", "compile", "load", "optimize"]
+__all__ = ["CompatReport", "CompiledModel", "Graph", "GlowpyError", "Status", "__version__", "check", "compile", "load",
+           "optimize"]

@@ -8,7 +8,7 @@ import numpy as np
 from onnx import NodeProto
 
 from glowpy.errors import GlowpyError, InvalidModel, UnsupportedAttribute, UnsupportedShape
-from glowpy.importer.table import OnnxOp, attribute_values
+from glowpy.importer.table import OnnxOp, attribute_values, require_const_operand
 from glowpy.ir.graph import Value
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ class NodeContext:
         """The compile-time value of operand i (a weight, or computable from weights and shapes)."""
         if not self.has_input(i):
             return default
+        require_const_operand(self.entry, i, node=self.name, opset=self.opset)
         v = self.input(i)
         data = self.importer.evaluate(v)
         if data is None:

@@ -67,7 +67,7 @@ def gelu(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Gelu", [ctx.input(0)], {"approximate": ctx.attr("approximate", "none")})
 
 
-@onnx_op("Clip", attrs={"min": FLOAT, "max": FLOAT}, dtypes=NUMERIC_TYPES, const_inputs=(1, 2))
+@onnx_op("Clip", attrs={"min": FLOAT, "max": FLOAT}, dtypes=NUMERIC_TYPES, const_inputs=(1, 2), value_inputs=(1, 2))
 def clip(ctx: NodeContext) -> list[Value]:
     if ctx.opset < 11:
         lo, hi = ctx.attr("min", -math.inf), ctx.attr("max", math.inf)
@@ -79,7 +79,8 @@ def clip(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Clip", [ctx.input(0)], {"min": lo, "max": hi})
 
 
-@onnx_op("Dropout", attrs={"ratio": FLOAT, "is_test": IGNORED, "seed": IGNORED}, const_inputs=(2,), max_outputs=2)
+@onnx_op("Dropout", attrs={"ratio": FLOAT, "is_test": IGNORED, "seed": IGNORED}, const_inputs=(2,), max_outputs=2,
+         value_inputs=(2,))
 def dropout(ctx: NodeContext) -> list[Value]:
     training = ctx.const(2)
     if training is not None and bool(training):
@@ -181,7 +182,7 @@ def constant(ctx: NodeContext) -> list[Value]:
 
 
 @onnx_op("ConstantOfShape", attrs={"value": TENSOR}, dtypes=frozenset({np.dtype(np.int64)}), const_inputs=(0,),
-         since=9)
+         since=9, output_shape_input=0)
 def constant_of_shape(ctx: NodeContext) -> list[Value]:
     shape = ctx.const_ints(0)
     value = ctx.attr("value")
@@ -428,7 +429,7 @@ def reshape_target(ctx: NodeContext, x: Value, spec: tuple[int, ...], allowzero:
     return tuple(out)
 
 
-@onnx_op("Reshape", attrs={"allowzero": BOOL_INT}, dtypes=ALL_TYPES, const_inputs=(1,))
+@onnx_op("Reshape", attrs={"allowzero": BOOL_INT}, dtypes=ALL_TYPES, const_inputs=(1,), output_shape_input=1)
 def reshape(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     shape = reshape_target(ctx, x, ctx.const_ints(1), ctx.attr("allowzero", 0))
@@ -564,7 +565,7 @@ def gather(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Gather", [x, idx], {"axis": axis})
 
 
-@onnx_op("Expand", dtypes=ALL_TYPES, const_inputs=(1,), since=8)
+@onnx_op("Expand", dtypes=ALL_TYPES, const_inputs=(1,), since=8, output_shape_input=1)
 def expand(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Expand", [ctx.input(0)], {"shape": ctx.const_ints(1)})
 
@@ -578,7 +579,7 @@ def shape(ctx: NodeContext) -> list[Value]:
 
 
 @onnx_op("Pad", attrs={"mode": one_of("constant", "reflect", "edge"), "pads": INTS, "value": FLOAT},
-         dtypes=NUMERIC_TYPES, const_inputs=(1, 2, 3))
+         dtypes=NUMERIC_TYPES, const_inputs=(1, 2, 3), value_inputs=(2,))
 def pad(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     r = x.type.rank

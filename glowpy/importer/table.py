@@ -16,7 +16,13 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, NodeProto
 
-from glowpy.errors import UnsupportedAttribute, UnsupportedDatatype, UnsupportedOperator, UnsupportedVersion
+from glowpy.errors import (
+    InternalError,
+    UnsupportedAttribute,
+    UnsupportedDatatype,
+    UnsupportedOperator,
+    UnsupportedVersion,
+)
 from glowpy.ir.types import ALL_TYPES, FLOAT_TYPES, NUMERIC_TYPES
 
 if TYPE_CHECKING:
@@ -77,6 +83,19 @@ class OnnxOp:
     domain: str = ""
     const_inputs: tuple[int, ...] = ()  # operands whose value is needed at compile time
     max_outputs: int = 1  # how many of the ONNX outputs glowpy can produce
+    # What the cheap path may do when a const operand is declared without data (a weight the host
+    # supplies at init). `value_inputs` only set element values or a mode whose supported setting is
+    # the neutral one (Clip bounds, Pad's fill, Dropout's training flag): a zero stand-in decides
+    # support. `output_shape_input` is the output shape itself (Reshape, Expand, ConstantOfShape): the
+    # declared output shape stands in. Any other const operand leaves the output types to declarations.
+    value_inputs: tuple[int, ...] = ()
+    output_shape_input: int | None = None
+
+    def __post_init__(self) -> None:
+        roles = set(self.value_inputs) | ({self.output_shape_input} if self.output_shape_input is not None else set())
+        if not roles <= set(self.const_inputs):
+            raise InternalError(f"op table row {self.op_type}: value_inputs / output_shape_input must be listed in "
+                                f"const_inputs", expected=list(self.const_inputs), found=sorted(roles))
 
 
 TABLE: dict[tuple[str, str], OnnxOp] = {}
@@ -91,6 +110,15 @@ def onnx_op(op_type: str, **kwargs: Any) -> Callable[[Converter], Converter]:
         return fn
 
     return wrap
+
+
+def require_const_operand(entry: OnnxOp, index: int, *, node: str | None = None, opset: int | None = None) -> None:
+    """Converters may read an operand's value at compile time only if the table says so: the cheap
+    path plans from `const_inputs`, so a converter that reads more would make the two paths drift."""
+    if index not in entry.const_inputs:
+        raise InternalError(f"the converter reads operand {index} at compile time, but the op table row does not "
+                            f"list it in const_inputs", node=node, op=entry.op_type, opset=opset,
+                            expected=list(entry.const_inputs), found=index)
 
 
 def normalize_domain(domain: str) -> str:
@@ -159,5 +187,5 @@ def check_node(node: NodeProto, opsets: dict[str, int], input_dtypes: list[np.dt
 __all__ = [
     "ALL_TYPES", "ANY", "AUTO_PAD", "BOOL_INT", "FLOAT", "IGNORED", "INT", "INTS", "NON_NEGATIVE",
     "NON_NEGATIVE_INTS", "NUMERIC_TYPES", "POSITIVE", "POSITIVE_FLOAT", "POSITIVE_INTS", "TABLE", "TENSOR",
-    "OnnxOp", "Rule", "check_node", "equals", "lookup", "one_of", "onnx_op",
+    "OnnxOp", "Rule", "check_node", "equals", "lookup", "one_of", "onnx_op", "require_const_operand",
 ]
