@@ -150,10 +150,15 @@ def check(
     model, feeds = node_model(op_type, inputs, opset=opset, attrs=attrs, outputs=outputs)
     want = run_oracle(model, feeds, oracle)
     out_names = [o.name for o in model.graph.output]
-    got = glowpy.compile(model, backend=backend).run(feeds)
-    assert list(got) == out_names
-    for name, w in zip(out_names, want):
-        assert_same(f"{op_type} (opset {opset}) output {name}", got[name], w, rtol=rtol, atol=atol)
+    # What users get (optimized for the backend); on the interpreter also the IR ops as imported,
+    # since the interpreter is the oracle other backends are tested against.
+    runs = [True, False] if backend == "interpreter" else [True]
+    for optimize in runs:
+        got = glowpy.compile(model, backend=backend, optimize=optimize).run(feeds)
+        assert list(got) == out_names
+        for name, w in zip(out_names, want):
+            assert_same(f"{op_type} (opset {opset}, optimize={optimize}) output {name}", got[name], w, rtol=rtol,
+                        atol=atol)
     return got
 
 
