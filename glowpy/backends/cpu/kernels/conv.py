@@ -1,0 +1,341 @@
+"""Conv2D kernel generator (NCHW, float32), built on gemm.py's register-blocked micro-kernel.
+
+Per group, a conv is the GEMM out[m, p] = sum_k Wp[m, k] * B[k, p] over output pixels p (flat OH*OW index)
+and k = (c, kh, kw). The weights are packed at compile time as [group][m-block][k][MR] and broadcast;
+B is read as vectors along p:
+- 1x1, stride 1, no padding: B is the input itself (rows of H*W floats), no packing at all.
+- stride 1 with OW == W ("same" width): input pixel = output pixel + a constant shift per (kh, kw), so
+  one panel of B (K x NR pixels) is packed with masked contiguous loads (the mask zeroes padding).
+- anything else (strides, other paddings): the panel is packed with masked gathers.
+A panel is packed once per thread into its scratch and reused by every row block of output channels.
+Depthwise convs (group == C == M) get a direct loop: per channel, vectors of output pixels, fma per tap.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from glowpy.errors import MismatchingShape, UnsupportedShape
+
+from .common import KernelInfo
+from .gemm import (
+    I32,
+    I64,
+    PTR,
+    Loop,
+    VecIR,
+    block_loop,
+    check_activation,
+    choose_tile,
+    emit_tile,
+    kernel_function,
+    panel_walk,
+    thread_range,
+)
+
+# The reduction is split in chunks of channels so that one panel's chunk of B (kc x NR floats) stays in
+# L1 while every row block of weights passes over it, and the chunk's weights (Mg x kc) stay in L2
+# while the thread walks all its panels. Partial sums accumulate through `out`.
+L1_PANEL_BYTES = 24 * 1024
+L2_WEIGHT_BYTES = 512 * 1024
+
+
+def chunk_channels(cg: int, khkw: int, nr: int, m_padded: int) -> int:
+    """Channels per reduction chunk (balanced: the chunks differ by at most one channel's taps)."""
+    kc = min(L1_PANEL_BYTES // (nr * 4), L2_WEIGHT_BYTES // (m_padded * 4))
+    cc = max(1, min(cg, kc // khkw))
+    return math.ceil(cg / math.ceil(cg / cc))
+
+
+def conv_out_dim(size: int, k: int, stride: int, pad_total: int, dilation: int) -> int:
+    return (size + pad_total - dilation * (k - 1) - 1) // stride + 1
+
+
+class _Geometry:
+    """Shapes of one conv, and the per-panel lane vectors (output row / column of every lane)."""
+
+    def __init__(self, x_shape, w_shape, strides, pads, dilations, group) -> None:
+        self.N, self.C, self.H, self.W = (int(d) for d in x_shape)
+        self.M, self.Cg, self.KH, self.KW = (int(d) for d in w_shape)
+        self.sh, self.sw = (int(s) for s in strides)
+        self.pt, self.pl, self.pb, self.pr = (int(p) for p in pads)
+        self.dh, self.dw = (int(d) for d in dilations)
+        self.group = int(group)
+        self.OH = conv_out_dim(self.H, self.KH, self.sh, self.pt + self.pb, self.dh)
+        self.OW = conv_out_dim(self.W, self.KW, self.sw, self.pl + self.pr, self.dw)
+        self.P = self.OH * self.OW
+        self.HW = self.H * self.W
+        self.KHKW = self.KH * self.KW
+        self.Mg = self.M // self.group
+
+    @property
+    def direct(self) -> bool:
+        return (self.KH == self.KW == 1 and self.sh == self.sw == 1 and not any((self.pt, self.pl, self.pb, self.pr))
+                and self.P == self.HW)
+
+    @property
+    def shift(self) -> bool:
+        return self.sh == self.sw == 1 and self.OW == self.W
+
+    def taps(self):
+        """(kh, kw, dy, dx): input offset of every kernel tap relative to the output pixel's origin."""
+        for kh in range(self.KH):
+            for kw in range(self.KW):
+                yield kh, kw, kh * self.dh - self.pt, kw * self.dw - self.pl
+
+
+class _Panel:
+    """Lane vectors of a panel of output pixels p0 + v*VW + lane: validity, output row and column."""
+
+    def __init__(self, vx: VecIR, geo: _Geometry, p0, nvec: int, last_lanes: int) -> None:
+        b = vx.b
+        self.vx, self.geo, self.nvec = vx, geo, nvec
+        base = vx.splat(b.trunc(p0, I32), name="p0v")
+        self.p = [b.add(base, b.add(vx.iota, vx.iconst(v * vx.vw)), name=f"p{v}") for v in range(nvec)]
+        self.lane_masks = [None] * nvec
+        if last_lanes:
+            self.lane_masks[-1] = vx.lane_mask(last_lanes)
+        self.oh = [b.udiv(p, vx.iconst(geo.OW), name=f"oh{v}") for v, p in enumerate(self.p)]
+        self.ow = [b.urem(p, vx.iconst(geo.OW), name=f"ow{v}") for v, p in enumerate(self.p)]
+
+    def valid(self, v: int, iy, ix):
+        """Lanes whose input (iy, ix) is inside the image and whose pixel is inside the output."""
+        vx, b, geo = self.vx, self.vx.b, self.geo
+        ok = b.and_(b.icmp_unsigned("<", iy, vx.iconst(geo.H)), b.icmp_unsigned("<", ix, vx.iconst(geo.W)),
+                    name="inimg")
+        if self.lane_masks[v] is not None:
+            ok = b.and_(ok, self.lane_masks[v], name="inpanel")
+        return ok
+
+    def tap_sources(self):
+        """Per tap and vector: how to load the input values of that tap for the panel's pixels.
+
+        Returns [(kh, kw, [(offset_or_idx, mask)] * nvec)]: in shift mode an int element offset
+        from the panel start (contiguous masked load); otherwise an index vector for a gather."""
+        vx, b, geo = self.vx, self.vx.b, self.geo
+        out = []
+        for kh, kw, dy, dx in geo.taps():
+            per_v = []
+            for v in range(self.nvec):
+                if geo.shift:
+                    iy = b.add(self.oh[v], vx.iconst(dy))
+                    ix = b.add(self.ow[v], vx.iconst(dx))
+                    per_v.append((dy * geo.W + dx + v * vx.vw, self.valid(v, iy, ix)))
+                else:
+                    iy = b.add(b.mul(self.oh[v], vx.iconst(geo.sh)), vx.iconst(dy), name="iy")
+                    ix = b.add(b.mul(self.ow[v], vx.iconst(geo.sw)), vx.iconst(dx), name="ix")
+                    idx = b.add(b.mul(iy, vx.iconst(geo.W)), ix, name="idx")
+                    per_v.append((idx, self.valid(v, iy, ix)))
+            out.append((kh, kw, per_v))
+        return out
+
+
+def _pack(vx: VecIR, geo: _Geometry, pan: _Panel, buf, x_img, c0, ncc: int, p0, nr: int) -> None:
+    """Rows [c0*KHKW, (c0+ncc)*KHKW) of the panel's im2col matrix into buf ([k][NR] floats)."""
+    b = vx.b
+    sources = pan.tap_sources()  # masks and offsets are per panel: computed once, outside the channel loop
+    lp = Loop(vx, "pack.c", 0, ncc)
+    plane = vx.gep(x_img, vx.off((b.add(c0, lp.i), geo.HW)), name="plane")
+    row0 = vx.gep(buf, vx.off((lp.i, geo.KHKW * nr)), name="brow")
+    for kh, kw, per_v in sources:
+        for v, (src, mask) in enumerate(per_v):
+            val = _load_tap(vx, plane, p0, src, mask, name=f"t{kh}_{kw}")
+            vx.store(val, vx.gep(row0, (kh * geo.KW + kw) * nr + v * vx.vw))
+    lp.close()
+
+
+def _load_tap(vx: VecIR, plane, p0, src, mask, name: str):
+    """Input values of one tap for one vector of the panel; plane = this channel's first float."""
+    where, m = src, mask
+    if isinstance(where, int):
+        return vx.load(vx.gep(vx.gep(plane, p0), where), m, name=name)
+    return vx.gather(plane, where, m, name=name)
+
+
+def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: np.ndarray | None, strides, pads,
+                dilations, group: int, activation: str, activation_params, has_residual: bool,
+                vector_width: int) -> KernelInfo:
+    """2-D convolution kernel: out(N, M, OH, OW) = act(conv(x, w) + bias [+ residual])."""
+    check_activation(activation, activation_params)
+    w = np.asarray(w, np.float32)
+    if w.ndim != 4 or len(x_shape) != 4:
+        raise UnsupportedShape("conv2d needs NCHW input and MCKK weight", op="Conv", expected="rank 4",
+                               found=(len(x_shape), w.ndim))
+    geo = _Geometry(x_shape, w.shape, strides, pads, dilations, group)
+    if geo.C != geo.Cg * geo.group or geo.M % geo.group:
+        raise MismatchingShape("channels do not match weight and group", op="Conv",
+                               expected=f"C = {geo.Cg} * {geo.group}, M divisible by group",
+                               found=(geo.C, geo.M))
+    if geo.OH < 1 or geo.OW < 1:
+        raise UnsupportedShape("kernel larger than padded input", op="Conv", expected="positive output dims",
+                               found=(geo.OH, geo.OW))
+    bias = np.zeros(geo.M, np.float32) if bias is None else np.asarray(bias, np.float32).reshape(-1)
+    if bias.size != geo.M:
+        raise MismatchingShape("bias must have one value per output channel", op="Conv", expected=geo.M,
+                               found=bias.size)
+    if geo.group == geo.C == geo.M and geo.Cg == 1:
+        return _emit_depthwise(module, name, geo, w, bias, activation, activation_params, has_residual,
+                               vector_width)
+    return _emit_gemm_conv(module, name, geo, w, bias, activation, activation_params, has_residual,
+                           vector_width)
+
+
+def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
+    mr, nv = choose_tile(geo.Mg, vw)
+    nr = nv * vw
+    kg = geo.Cg * geo.KHKW
+    mblocks, mfull = math.ceil(geo.Mg / mr), geo.Mg // mr
+    nblocks, nfull = math.ceil(geo.P / nr), geo.P // nr
+    p_edge = geo.P - nfull * nr
+
+    # weights as [group][m-block][k][MR] (rows past Mg zero): one tile reads them front to back
+    wg = np.zeros((geo.group, mblocks * mr, kg), np.float32)
+    wg[:, :geo.Mg] = w.reshape(geo.group, geo.Mg, kg)
+    wp = np.ascontiguousarray(wg.reshape(geo.group, mblocks, mr, kg).transpose(0, 1, 3, 2)).ravel()
+    packed = [wp, bias]
+
+    cc = chunk_channels(geo.Cg, geo.KHKW, nr, mblocks * mr)
+    chunks = math.ceil(geo.Cg / cc)
+    direct = geo.direct
+    scratch_bytes = 0 if direct else cc * geo.KHKW * nr * 4 + 64
+
+    fn = kernel_function(module, name, len(packed))
+    out_p, x_p, res_p, scratch_p, w_p, bias_p = fn.args[:6]
+    tid, nthreads = fn.args[-2:]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    vx = VecIR(module, b, vw)
+    buf = None
+    if not direct:
+        raw = b.ptrtoint(scratch_p, I64)
+        buf = b.inttoptr(b.and_(b.add(raw, ir.Constant(I64, 63)), ir.Constant(I64, ~63)), PTR, name="panel.buf")
+
+    lo, hi = thread_range(vx, tid, nthreads, geo.N * geo.group * nblocks * mblocks)
+
+    def chunk(c0, ncc: int, first: bool, last: bool) -> None:
+        """Channels [c0, c0 + ncc) of every panel and row block this thread owns. The first chunk starts
+        from bias (+ residual), later ones from the partial sums in out; the last applies the activation.
+        Reading the residual before out is first written keeps out == residual (in place) safe."""
+        kc = ncc * geo.KHKW
+
+        def do_panel(panel, mb_lo, mb_hi) -> None:
+            nb = b.urem(panel, ir.Constant(I64, nblocks), name="nb")
+            img_g = b.udiv(panel, ir.Constant(I64, nblocks), name="img_g")  # n * group + g
+            g = b.urem(img_g, ir.Constant(I64, geo.group), name="g")
+            x_img = vx.gep(x_p, vx.off((img_g, geo.Cg * geo.HW)), name="x.img")
+            out_img = vx.gep(out_p, vx.off((img_g, geo.Mg * geo.P)), name="out.img")
+            res_img = vx.gep(res_p, vx.off((img_g, geo.Mg * geo.P)), name="res.img") if has_residual else None
+            p0 = b.mul(nb, ir.Constant(I64, nr), name="p0")
+
+            def run(nvec: int, last_lanes: int) -> None:
+                lane_masks = [None] * (nvec - 1) + [vx.lane_mask(last_lanes) if last_lanes else None]
+                if direct:
+                    bptr, b_ks, b_masks = vx.gep(x_img, vx.off((c0, geo.HW), p0), name="bdirect"), geo.HW, lane_masks
+                else:
+                    _pack(vx, geo, _Panel(vx, geo, p0, nvec, last_lanes), buf, x_img, c0, ncc, p0, nr)
+                    bptr, b_ks, b_masks = buf, nr, None
+
+                def tile(mb, edge: bool) -> None:
+                    rows = geo.Mg - mfull * mr if edge else mr
+                    m0 = b.mul(mb, ir.Constant(I64, mr), name="m0")
+                    wtile = vx.gep(w_p, vx.off((b.add(b.mul(g, ir.Constant(I64, mblocks)), mb), kg * mr),
+                                               (c0, geo.KHKW * mr)), name="wtile")
+                    orow = [vx.off((vx.off(m0, r), geo.P), p0) for r in range(rows)]
+                    if first:
+                        init = []
+                        for r in range(rows):
+                            chan = b.add(b.mul(g, ir.Constant(I64, geo.Mg)), vx.off(m0, r), name="chan")
+                            bias_v = vx.load_splat(vx.gep(bias_p, chan), name="bias")
+                            if has_residual:
+                                init.append([vx.fadd(bias_v, vx.load(vx.gep(res_img, vx.off(orow[r], v * vw)),
+                                                                     lane_masks[v], name="res"))
+                                             for v in range(nvec)])
+                            else:
+                                init.append([bias_v] * nvec)
+                    else:  # partial sums of earlier chunks live in out
+                        init = [[vx.load(vx.gep(out_img, vx.off(orow[r], v * vw)), lane_masks[v], name="part")
+                                 for v in range(nvec)] for r in range(rows)]
+                    acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=wtile, a_rs=1, a_ks=mr, b_ptr=bptr,
+                                    b_ks=b_ks, b_masks=b_masks, init=init, name="conv")
+                    for r in range(rows):
+                        for v in range(nvec):
+                            val = vx.activation(acc[r][v], activation, params) if last else acc[r][v]
+                            vx.store(val, vx.gep(out_img, vx.off(orow[r], v * vw)), lane_masks[v])
+
+                block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=tile)
+
+            edge_args = (math.ceil(p_edge / vw), p_edge % vw)
+            if p_edge == 0:
+                run(nv, 0)
+            elif nfull == 0:
+                run(*edge_args)
+            else:
+                with b.if_else(b.icmp_signed("<", nb, ir.Constant(I64, nfull), name="panel.isfull")) as (full, part):
+                    with full:
+                        run(nv, 0)
+                    with part:
+                        run(*edge_args)
+
+        panel_walk(vx, lo=lo, hi=hi, mblocks=mblocks, body=do_panel)
+
+    if chunks == 1:
+        chunk(ir.Constant(I64, 0), geo.Cg, True, True)
+    else:
+        chunk(ir.Constant(I64, 0), cc, True, False)
+        if chunks > 2:
+            lp = Loop(vx, "chunk", 1, chunks - 1)
+            chunk(b.mul(lp.i, ir.Constant(I64, cc), name="c0"), cc, False, False)
+            lp.close()
+        chunk(ir.Constant(I64, (chunks - 1) * cc), geo.Cg - (chunks - 1) * cc, False, True)
+    b.ret_void()
+    return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_bytes)
+
+
+def _emit_depthwise(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
+    """One channel at a time: out[c, p..p+NV*VW) = sum over taps w[c, tap] * x[c, tap(p)], vectors of p."""
+    nvd = max(1, min(4, math.ceil(geo.P / vw)))
+    nr = nvd * vw
+    nfull = geo.P // nr
+    p_edge = geo.P - nfull * nr
+    packed = [np.ascontiguousarray(w.reshape(geo.M, geo.KHKW)).ravel(), bias]
+
+    fn = kernel_function(module, name, len(packed))
+    out_p, x_p, res_p, _scratch, w_p, bias_p = fn.args[:6]
+    tid, nthreads = fn.args[-2:]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    vx = VecIR(module, b, vw)
+    lo, hi = thread_range(vx, tid, nthreads, geo.N * geo.C)  # units: channel planes
+
+    def run(p0, nvec: int, last_lanes: int) -> None:
+        pan = _Panel(vx, geo, p0, nvec, last_lanes)
+        sources = pan.tap_sources()
+        lane_masks = [None] * (nvec - 1) + [vx.lane_mask(last_lanes) if last_lanes else None]
+        lp = Loop(vx, "plane", lo, hi)
+        plane_i = lp.i
+        c = b.urem(plane_i, ir.Constant(I64, geo.C), name="c")
+        plane = vx.gep(x_p, vx.off((plane_i, geo.HW)), name="plane")
+        wrow = vx.gep(w_p, vx.off((c, geo.KHKW)), name="wrow")
+        acc = [vx.zero] * nvec
+        for kh, kw, per_v in sources:
+            wt = vx.load_splat(vx.gep(wrow, kh * geo.KW + kw), name=f"w{kh}_{kw}")
+            for v, (src, mask) in enumerate(per_v):
+                acc[v] = vx.fma(wt, _load_tap(vx, plane, p0, src, mask, name=f"t{kh}_{kw}"), acc[v])
+        bias_v = vx.load_splat(vx.gep(bias_p, c), name="bias")
+        obase = vx.off((plane_i, geo.P), p0)
+        for v in range(nvec):
+            val = vx.fadd(acc[v], bias_v)
+            if has_residual:
+                val = vx.fadd(val, vx.load(vx.gep(res_p, vx.off(obase, v * vw)), lane_masks[v], name="res"))
+            vx.store(vx.activation(val, activation, params), vx.gep(out_p, vx.off(obase, v * vw)), lane_masks[v])
+        lp.close()
+
+    if nfull:
+        lp = Loop(vx, "dwpanel", 0, nfull)
+        run(b.mul(lp.i, ir.Constant(I64, nr), name="p0"), nvd, 0)
+        lp.close()
+    if p_edge:
+        run(ir.Constant(I64, nfull * nr), math.ceil(p_edge / vw), p_edge % vw)
+    b.ret_void()
+    return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=0)

@@ -1,0 +1,329 @@
+"""Benchmark glowpy's generated Conv and GEMM kernels on their own, and the standalone JIT harness the
+kernel tests share.
+
+    python tools/bench_kernels.py [--repeats N] [--threads 1 2] [--no-ort]
+
+For every distinct ResNet-50 conv layer shape (batch 1), and gemm at 512^3, prints GFLOP/s single- and
+two-threaded next to numpy's matmul of the same FLOPs, then the sum of the conv layer times against
+onnxruntime's whole-model latency on the random-weight ResNet-50 (tools/prepare_models.py). Numbers are
+medians of several repeats; the machine is shared, so expect noise of several percent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from llvmlite import binding as llvm
+from llvmlite import ir
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from glowpy.backends.cpu.kernels.common import KernelInfo  # noqa: E402
+
+
+def host_target_machine() -> llvm.TargetMachine:
+    """A fresh host target machine: an MCJIT engine takes ownership of (and frees) the one it gets."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                        features=llvm.get_host_cpu_features().flatten(), opt=3)
+
+
+def host_vector_width() -> int:
+    feats = llvm.get_host_cpu_features()
+    if feats.get("avx512f"):
+        return 16
+    if feats.get("avx2") or feats.get("avx"):
+        return 8
+    return 4
+
+
+def _aligned(nbytes: int, offset: int = 0) -> np.ndarray:
+    """A float32 buffer of nbytes whose data starts `offset` bytes past a 64-byte boundary."""
+    n = max(nbytes, 4) // 4 + 32
+    raw = np.zeros(n + 32, np.float32)
+    skip = ((-raw.ctypes.data) % 64 + offset) // 4
+    return raw[skip:skip + n]
+
+
+class JitKernel:
+    """One generated kernel in its own module: optimized for the host (new pass manager, speed level 3),
+    MCJIT-compiled and callable on numpy arrays through ctypes (the GIL is released during the call)."""
+
+    def __init__(self, build: Callable[[ir.Module, str], KernelInfo], name: str = "kernel",
+                 misalign: bool = False, keep_asm: bool = False) -> None:
+        tm = host_target_machine()
+        module = ir.Module(name=name)
+        module.triple = tm.triple
+        module.data_layout = str(tm.target_data)
+        self.info = build(module, name)
+        self.llvm_ir = str(module)
+        llmod = llvm.parse_assembly(self.llvm_ir)
+        llmod.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(llmod, pb)
+        self.asm = tm.emit_assembly(llmod) if keep_asm else None
+        self.engine = llvm.create_mcjit_compiler(llmod, tm)
+        self.engine.finalize_object()
+        addr = self.engine.get_function_address(name)
+        n_ptr = 4 + len(self.info.packed)
+        self.cfunc = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_ptr), ctypes.c_int32, ctypes.c_int32)(addr)
+        off = 4 if misalign else 0  # prove the kernel assumes no alignment
+        self.packed = []
+        for p in self.info.packed:
+            buf = _aligned(p.nbytes, off)[:p.size]
+            buf[:] = np.asarray(p, np.float32).ravel()
+            self.packed.append(buf)
+        self._misalign = off
+        self._scratch: list[np.ndarray] = []
+
+    def _scratch_for(self, nthreads: int) -> list[np.ndarray]:
+        while len(self._scratch) < nthreads:
+            self._scratch.append(_aligned(self.info.scratch_bytes_per_thread, self._misalign))
+        return self._scratch
+
+    def __call__(self, out: np.ndarray, x: np.ndarray, third: np.ndarray | None = None,
+                 nthreads: int = 1) -> None:
+        ptrs = [out.ctypes.data, x.ctypes.data, None if third is None else third.ctypes.data]
+        scratch = self._scratch_for(nthreads)
+        packed = [p.ctypes.data for p in self.packed]
+        if nthreads == 1:
+            self.cfunc(*ptrs, scratch[0].ctypes.data, *packed, 0, 1)
+            return
+        threads = [threading.Thread(target=self.cfunc, args=(*ptrs, scratch[t].ctypes.data, *packed, t, nthreads))
+                   for t in range(nthreads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+class ThreadPool:
+    """Persistent worker threads that call a kernel with tid 1..n-1 while the caller runs tid 0: the
+    benchmark then measures the kernel, not Python thread creation."""
+
+    def __init__(self, nthreads: int) -> None:
+        self.n = nthreads
+        self.go = [threading.Event() for _ in range(nthreads)]
+        self.done = [threading.Event() for _ in range(nthreads)]
+        self.job = None
+        for t in range(1, nthreads):
+            threading.Thread(target=self._worker, args=(t,), daemon=True).start()
+
+    def _worker(self, t: int) -> None:
+        while True:
+            self.go[t].wait()
+            self.go[t].clear()
+            self.job(t)
+            self.done[t].set()
+
+    def run(self, job: Callable[[int], None]) -> None:
+        self.job = job
+        for t in range(1, self.n):
+            self.go[t].set()
+        job(0)
+        for t in range(1, self.n):
+            self.done[t].wait()
+            self.done[t].clear()
+
+
+def time_kernel(k: JitKernel, out, x, third=None, nthreads: int = 1, repeats: int = 7,
+                pool: ThreadPool | None = None, min_time: float = 0.02) -> float:
+    """Median seconds per call over `repeats` batches (each batch runs >= min_time)."""
+    ptrs = [out.ctypes.data, x.ctypes.data, None if third is None else third.ctypes.data]
+    scratch = k._scratch_for(nthreads)
+    packed = [p.ctypes.data for p in k.packed]
+
+    def job(t: int) -> None:
+        k.cfunc(*ptrs, scratch[t].ctypes.data, *packed, t, nthreads)
+
+    def once() -> None:
+        if nthreads == 1:
+            job(0)
+        else:
+            pool.run(job)
+
+    once()
+    t0 = time.perf_counter()
+    once()
+    single = time.perf_counter() - t0
+    inner = max(1, int(min_time / max(single, 1e-7)))
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            once()
+        samples.append((time.perf_counter() - t0) / inner)
+    return statistics.median(samples)
+
+
+def blas_threads(n: int) -> bool:
+    """Set numpy's OpenBLAS thread count (the scipy-openblas build numpy wheels ship); False if not found."""
+    import glob
+    import os
+
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*.so*"))
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for sym in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads"):
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn(ctypes.c_int(n))
+                return True
+    return False
+
+
+def time_numpy(fn: Callable[[], object], repeats: int = 7, min_time: float = 0.02) -> float:
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    inner = max(1, int(min_time / max(time.perf_counter() - t0, 1e-7)))
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - t0) / inner)
+    return statistics.median(samples)
+
+
+# --- the benchmark -------------------------------------------------------------------------------
+
+def resnet50_convs() -> list[dict]:
+    """Distinct conv layers of the random-weight ResNet-50 (batch 1), with how often each occurs."""
+    import onnx
+    from onnx import numpy_helper, shape_inference
+
+    from tools.prepare_models import prepare
+
+    model = shape_inference.infer_shapes(onnx.load(str(prepare("resnet50"))))
+    g = model.graph
+    shapes = {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+              for vi in list(g.value_info) + list(g.input) + list(g.output)}
+    inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    layers: dict[tuple, dict] = {}
+    for node in g.node:
+        if node.op_type != "Conv":
+            continue
+        a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+        w = inits[node.input[1]]
+        key = (shapes[node.input[0]], w.shape, tuple(a.get("strides", (1, 1))), tuple(a.get("pads", (0,) * 4)),
+               tuple(a.get("dilations", (1, 1))), int(a.get("group", 1)))
+        if key in layers:
+            layers[key]["count"] += 1
+            continue
+        b = inits[node.input[2]] if len(node.input) > 2 else np.zeros(w.shape[0], np.float32)
+        layers[key] = dict(x_shape=key[0], w=w, bias=b, strides=key[2], pads=key[3], dilations=key[4],
+                           group=key[5], count=1)
+    return list(layers.values())
+
+
+def _conv_flops(layer: dict) -> float:
+    from glowpy.backends.cpu.kernels.conv import conv_out_dim
+
+    n, c, h, w = layer["x_shape"]
+    m, cg, kh, kw = layer["w"].shape
+    oh = conv_out_dim(h, kh, layer["strides"][0], layer["pads"][0] + layer["pads"][2], layer["dilations"][0])
+    ow = conv_out_dim(w, kw, layer["strides"][1], layer["pads"][1] + layer["pads"][3], layer["dilations"][1])
+    return 2.0 * n * m * oh * ow * cg * kh * kw, (n, m, oh, ow)
+
+
+def ort_latency(threads: int, repeats: int) -> float:
+    import onnxruntime as ort
+
+    from tools.prepare_models import prepare
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(prepare("resnet50")), opts, providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    x = np.random.default_rng(0).standard_normal([d if isinstance(d, int) else 1 for d in inp.shape]).astype(np.float32)
+    return time_numpy(lambda: sess.run(None, {inp.name: x}), repeats=repeats, min_time=0.3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from glowpy.backends.cpu.kernels.conv import emit_conv2d
+    from glowpy.backends.cpu.kernels.gemm import emit_gemm
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=7, help="timed batches per measurement (median is reported)")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--no-ort", action="store_true", help="skip the onnxruntime whole-model comparison")
+    ap.add_argument("--layers", type=int, nargs="*", help="only these layer indices")
+    args = ap.parse_args(argv)
+    vw = host_vector_width()
+    pools = {t: ThreadPool(t) for t in args.threads if t > 1}
+    rng = np.random.default_rng(0)
+    print(f"glowpy kernels, vector width {vw}; medians of {args.repeats} repeats (shared machine: noisy)")
+    cols = "".join(f" | {t}T GF/s   ms  numpy" for t in args.threads)
+    print(f"{'#':>2} {'layer (C,H,W)->(M,C/g,KH,KW) stride pad':<44}{'n':>3}{cols}")
+    totals = dict.fromkeys(args.threads, 0.0)
+    for i, layer in enumerate(resnet50_convs()):
+        if args.layers and i not in args.layers:
+            continue
+        flops, oshape = _conv_flops(layer)
+        k = JitKernel(lambda m, n, L=layer: emit_conv2d(
+            m, n, x_shape=L["x_shape"], w=L["w"], bias=L["bias"], strides=L["strides"], pads=L["pads"],
+            dilations=L["dilations"], group=L["group"], activation="relu", activation_params=(),
+            has_residual=False, vector_width=vw), name="conv")
+        x = rng.standard_normal(layer["x_shape"]).astype(np.float32)
+        out = np.empty(oshape, np.float32)
+        # numpy: the same FLOPs as one matmul (W[M, K] @ X[K, P]), what BLAS does after an im2col
+        m, cg, kh, kw = layer["w"].shape
+        wa = rng.standard_normal((m, cg * kh * kw)).astype(np.float32)
+        xa = rng.standard_normal((cg * kh * kw, oshape[2] * oshape[3])).astype(np.float32)
+        row = ""
+        for t in args.threads:
+            sec = time_kernel(k, out, x, nthreads=t, repeats=args.repeats, pool=pools.get(t))
+            totals[t] += sec * layer["count"]
+            blas_threads(t)
+            np_sec = time_numpy(lambda a=wa, b=xa: a @ b, args.repeats)
+            row += f" | {flops / sec / 1e9:7.1f} {sec * 1e3:6.3f} {flops / np_sec / 1e9:6.1f}"
+        desc = (f"{tuple(layer['x_shape'][1:])}->{tuple(int(d) for d in layer['w'].shape)} s{layer['strides'][0]} "
+                f"p{layer['pads'][0]}")
+        print(f"{i:>2} {desc:<44}{layer['count']:>3}{row}", flush=True)
+
+    n = 512
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    bmat = rng.standard_normal((n, n)).astype(np.float32)
+    out = np.empty((n, n), np.float32)
+    for const in (True, False):
+        k = JitKernel(lambda m, nm, c=const: emit_gemm(
+            m, nm, M=n, N=n, K=n, a_trans=False, b=bmat if c else None, b_trans=False, alpha=1.0, bias=None,
+            bias_kind="none", activation="none", activation_params=(), vector_width=vw), name="gemm")
+        row = ""
+        for t in args.threads:
+            sec = time_kernel(k, out, a, None if const else bmat, nthreads=t, repeats=args.repeats, pool=pools.get(t))
+            blas_threads(t)
+            np_sec = time_numpy(lambda: a @ bmat, args.repeats)
+            row += f" | {2.0 * n ** 3 / sec / 1e9:7.1f} {sec * 1e3:6.3f} {2.0 * n ** 3 / np_sec / 1e9:6.1f}"
+        desc = f"gemm {n}^3, B {'constant (packed)' if const else 'runtime'}"
+        print(f"{'':>2} {desc:<44}{'':>3}{row}", flush=True)
+
+    if args.layers:
+        return 0
+    print()
+    for t in args.threads:
+        line = f"ResNet-50 conv layers, {t} thread(s): sum {totals[t] * 1e3:.1f} ms"
+        if not args.no_ort:
+            ort_s = ort_latency(t, args.repeats)
+            line += f"; onnxruntime whole model {ort_s * 1e3:.1f} ms (ratio {totals[t] / ort_s:.2f})"
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
