@@ -17,6 +17,7 @@ from glowpy.compiled import CompiledModel
 from glowpy.errors import GlowpyError, Status
 from glowpy.importer import ModelLike, ShapeMap, import_model
 from glowpy.importer.compat import CompatReport, check
+from glowpy.partition import Partition, partition
 from glowpy.ir import Graph
 from glowpy.optimizer import optimize
 
@@ -49,5 +50,5 @@ def compile(  # noqa: A001  (the verb users expect)
                          cached=getattr(executable, "cached", False))
 
 
-__all__ = ["CompatReport", "CompiledModel", "Graph", "GlowpyError", "Status", "__version__", "check", "compile", "load",
-           "optimize"]
+__all__ = ["CompatReport", "CompiledModel", "Graph", "GlowpyError", "Partition", "Status", "__version__", "check",
+           "compile", "load", "optimize", "partition"]

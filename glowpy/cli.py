@@ -169,9 +169,79 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- glowpy check ----------------------------------------------------------------------------------
+
+
+def add_check(sub: argparse._SubParsersAction) -> None:
+    from glowpy.backends import BACKENDS
+
+    p = sub.add_parser("check", help="which nodes of a model a backend supports (no weights needed)", description=(
+        "Report, node by node, whether a backend can run a model: op, opset, attributes and declared types only "
+        "(weights are never read and may be absent). Exit 0 when every node is supported, 1 when some node is "
+        "not, 2 when the model cannot be read."))
+    p.add_argument("model", help="path of an .onnx file")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--partition", action="store_true",
+                   help="also print the offloadable subgraphs and the nodes left to the host")
+    p.add_argument("--backend", "-b", default="cpu", choices=sorted(BACKENDS), help="default: %(default)s")
+    p.add_argument("--shape", "-s", action="append", default=[], metavar="NAME=DIMS",
+                   help="bind the shape of input NAME, or a symbolic dim (batch=4)")
+    p.set_defaults(func=cmd_check)
+
+
+def _short_reason(name: str, reason: str) -> str:
+    """The reason without its "node 'x' (Op, opset n): " prefix (the table has those columns)."""
+    head = f"node '{name}' ("
+    if reason.startswith(head) and "): " in reason:
+        return reason.split("): ", 1)[1]
+    return reason
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import json
+
+    import glowpy
+    from glowpy.partition import partition
+
+    shapes = _shape_bindings(args.shape) or None
+    part = None
+    if args.partition:
+        try:
+            part = partition(args.model, backend=args.backend, shapes=shapes)
+        except glowpy.GlowpyError:
+            part = None  # unreadable: the check below reports it
+    report = part.report if part is not None else glowpy.check(args.model, backend=args.backend, shapes=shapes)
+    if args.json:
+        out = report.to_dict()
+        if part is not None:
+            out["partition"] = part.to_dict()
+        print(json.dumps(out, indent=2))
+    if not report.readable:
+        if not args.json:
+            print(f"glowpy check: error: {report.reason}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.json:
+        names = [n.name if len(n.name) <= 40 else n.name[:37] + "..." for n in report.nodes]
+        nw = max([len(x) for x in names] + [4])
+        ow = max([len(n.op) for n in report.nodes] + [2])
+        vw = max([len(n.status.name) for n in report.nodes] + [7])
+        be = args.backend + ("" if report.backend_consulted else " (not available: op table only)")
+        print(f"model    {args.model}\nbackend  {be}\n")
+        print(f"{'node':<{nw}}  {'op':<{ow}}  {'verdict':<{vw}}  reason")
+        for name, n in zip(names, report.nodes):
+            print(f"{name:<{nw}}  {n.op:<{ow}}  {n.status.name:<{vw}}  {_short_reason(n.name, n.reason)}")
+        for issue in report.issues:
+            print(f"model: {issue.status.name}: {issue.reason}")
+        if part is not None:
+            print()
+            print("\n".join(part.describe()) or "no nodes")
+        print(f"\nsummary: {report.summary()}")
+    return EXIT_OK if report.supported else EXIT_FAIL
+
+
 # --- entry -----------------------------------------------------------------------------------------
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_check]
 
 
 def build_parser() -> argparse.ArgumentParser:

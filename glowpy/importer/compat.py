@@ -45,6 +45,7 @@ from glowpy.errors import (
     UnsupportedAttribute,
     UnsupportedDatatype,
     UnsupportedOperator,
+    UnsupportedShape,
 )
 from glowpy.importer import ops as _ops  # noqa: F401  (fills the op table)
 from glowpy.importer.context import NodeContext
@@ -174,6 +175,7 @@ class Slot:
     value: Value | None = None
     error: GlowpyError | None = None
     weight: bool = False  # an initializer (or big Constant): data exists, but is not read here
+    runtime_error: GlowpyError | None = None  # applies only where a node reads it at run time
 
     @property
     def type(self) -> TensorType | None:
@@ -229,7 +231,7 @@ class _Scope:
 
     def evaluate(self, v: Value) -> np.ndarray | None:
         if v.data is None:
-            self.note(f"the value of '{v.name}' (not read) is valid")
+            self.note(f"assumes the value of '{v.name}' (not read) is valid")
         return v.data
 
     def note(self, text: str) -> None:
@@ -254,13 +256,13 @@ class _DryContext(NodeContext):
         if v.data is not None:
             return v.data
         if i in self.entry.value_inputs:
-            self.scope.note(f"operand {i} ('{v.name}', given at init) has a supported value")
+            self.scope.note(f"assumes operand {i} '{v.name}' (not read) has a supported value")
             return np.zeros(v.shape, dtype=v.dtype)
         if i == self.entry.output_shape_input:
             out = self.declared_out
             shape = _static(out.dims) if out is not None else None
             if shape is not None:
-                self.scope.note(f"operand {i} ('{v.name}', given at init) agrees with the declared output shape")
+                self.scope.note(f"assumes operand {i} '{v.name}' (not read) is the declared output shape")
                 return np.array(shape, dtype=np.int64)
         raise _Opaque(i, v.name)
 
@@ -426,7 +428,9 @@ class Checker:
                 self._unused_bad[t.name] = err
                 continue
             err = self._payload_size_error(t, dtype, dims)
-            value = Value(t.name, TensorType(dtype, dims), "constant")
+            # An empty weight's value is known without reading anything.
+            empty = np.zeros(dims, dtype) if 0 in dims else None
+            value = Value(t.name, TensorType(dtype, dims), "constant", data=empty)
             self.slots[t.name] = Slot(dtype, dims, value, error=err, weight=True)
             if err is not None:
                 self._unused_bad[t.name] = err
@@ -466,6 +470,17 @@ class Checker:
                 self._unused_bad[info.name] = err
                 continue
             dims = self._bind(info.name, dims)
+            if dims is not None and any(d == 0 for d in dims):
+                # A zero extent is a zero-size tensor in ONNX. As a compile-time operand (empty axes)
+                # its value is known without data; as a runtime operand glowpy has no zero-size buffers.
+                err = UnsupportedShape(f"graph input '{info.name}' has a zero-size dim", expected="dims >= 1",
+                                       found="[" + ", ".join(str(d) for d in dims) + "]")
+                empty = None
+                if all(isinstance(d, int) for d in dims):
+                    empty = Value(info.name, TensorType(dtype, dims), "input", data=np.zeros(dims, dtype))
+                self.slots[info.name] = Slot(dtype, tuple(dims), empty, runtime_error=err)
+                self._unused_bad[info.name] = err
+                continue
             shape = _static(dims)
             value = Value(info.name, TensorType(dtype, shape), "input") if shape is not None else None
             self.slots[info.name] = Slot(dtype, None if dims is None else tuple(dims), value)
@@ -508,7 +523,7 @@ class Checker:
             where = f"node '{name}' ({node.op_type}" + (f", opset {opset})" if opset is not None else ")")
             reason = f"{where}: {note or 'supported'}"
             if assumes:
-                reason += "; assumes " + "; ".join(assumes)
+                reason += "; " + "; ".join(assumes)
         return NodeVerdict(index, name, node.op_type, node.domain, status, reason, tuple(assumes))
 
     def _judge(self, index: int, node: NodeProto) -> NodeVerdict:
@@ -521,7 +536,7 @@ class Checker:
             self._declare_outputs(node, {})
             return self._verdict(index, node, e.at(node=name, op=op))
         inputs: list[Slot] = []
-        for x in node.input:
+        for k, x in enumerate(node.input):
             if not x:
                 continue
             slot = self.slots.get(x)
@@ -530,16 +545,17 @@ class Checker:
                 return self._verdict(index, node, InvalidModel(
                     f"input '{x}' is not defined (no initializer, graph input or node output has that name)",
                     node=name, op=op, opset=opset))
-            if slot.error is not None:
+            err = slot.error or (slot.runtime_error if k not in entry.const_inputs else None)
+            if err is not None:
                 self._declare_outputs(node, {})
-                return self._verdict(index, node, _rebuild(slot.error, node=name, op=op, opset=opset))
+                return self._verdict(index, node, _rebuild(err, node=name, op=op, opset=opset))
             inputs.append(slot)
         if any(s.value is None for s in inputs):
             unknown = next(x for x in node.input if x and self.slots[x].value is None)
             self._declare_outputs(node, {})
             return self._verdict(index, node, None, opset=opset,
-                                 note=f"op, attributes and types supported; shape checks skipped ('{unknown}' "
-                                      f"has no static declared shape: {_fmt_dims(self.slots[unknown].dims)})")
+                                 note=f"supported by op, attributes and types; shapes not checked ('{unknown}' "
+                                      f"has no static shape: {_fmt_dims(self.slots[unknown].dims)})")
         if op == "Constant" and self._big_constant(node):
             return self._big_constant_verdict(index, node, name, opset)
         scope = _Scope(self.slots)
@@ -549,10 +565,8 @@ class Checker:
             results = entry.convert(ctx)
         except _Opaque as o:
             self._declare_outputs(node, {})
-            scope.note(f"operand {o.index} ('{o.name}', given at init) is valid")
-            return self._verdict(index, node, None, opset=opset, assumes=scope.assumes,
-                                 note="op, attributes and operand types supported; output types taken from "
-                                      "the declarations")
+            scope.note(f"assumes operand {o.index} '{o.name}' (not read) is valid; output types as declared")
+            return self._verdict(index, node, None, opset=opset, assumes=scope.assumes)
         except GlowpyError as e:
             self._declare_outputs(node, {})
             return self._verdict(index, node, e.at(node=name, op=op, opset=opset))
