@@ -12,8 +12,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from glowpy.optimizer import OptimizeStats
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -105,6 +109,7 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", "-b", default=DEFAULT_BACKEND, choices=sorted(BACKENDS), help="default: %(default)s")
     p.add_argument("--iterations", "-n", type=int, default=10, help="timed runs after one warm-up (default: 10)")
     p.add_argument("--output", "-o", metavar="FILE.npz", help="save the outputs to an .npz file")
+    p.add_argument("--no-opt", action="store_true", help="compile the graph as imported (skip the optimizer)")
     p.set_defaults(func=cmd_run)
 
 
@@ -128,7 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     graph = glowpy.load(model_path, shapes=shapes or None)
     import_s = time.perf_counter() - t0
-    compiled = glowpy.compile(graph, backend=args.backend)
+    compiled = glowpy.compile(graph, backend=args.backend, optimize=not args.no_opt)
 
     print(f"model     {model_path}" + ("  (default: onnx's light ResNet-50)" if not args.model else ""))
     for v in graph.inputs:
@@ -166,6 +171,85 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.output:
         np.savez(args.output, **outputs)
         print(f"saved     {args.output}")
+    return EXIT_OK
+
+
+# --- glowpy dump -----------------------------------------------------------------------------------
+
+
+def add_dump(sub: argparse._SubParsersAction) -> None:
+    from glowpy.backends import BACKENDS, DEFAULT_BACKEND
+    from glowpy.optimizer import pass_names
+
+    p = sub.add_parser("dump", help="print the graph after an optimizer stage, or optimizer statistics",
+                       description="Print a model's IR graph after any stage or pass of the optimizer, as SSA "
+                       "text or Graphviz DOT, or (--stats) node counts by op before and after and what each "
+                       "pass changed.",
+                       epilog="stages and passes, in pipeline order: " + ", ".join(pass_names()))
+    p.add_argument("model", help="path of an .onnx file, or the name of one of onnx's light models (e.g. resnet50)")
+    p.add_argument("--after", default="all", metavar="PASS",
+                   help="a stage or pass name (stop after its first run), 'all' (default) or 'none' (as imported)")
+    p.add_argument("--format", "-f", choices=("text", "dot"), default="text", help="default: %(default)s")
+    p.add_argument("--stats", action="store_true", help="print op counts before/after and per-pass changes instead")
+    p.add_argument("--verify", action="store_true", help="verify the graph after every pass")
+    p.add_argument("--backend", "-b", default=DEFAULT_BACKEND, choices=sorted(BACKENDS),
+                   help="optimize for this backend's lowering choices (default: %(default)s)")
+    p.add_argument("--shape", "-s", action="append", default=[], metavar="NAME=DIMS",
+                   help="bind the shape of input NAME, or a symbolic dim (batch=4)")
+    p.set_defaults(func=cmd_dump)
+
+
+def _model_arg(text: str) -> str:
+    from glowpy.models import LIGHT_MODELS, light_model_path
+
+    if Path(text).is_file():
+        return text
+    if text in LIGHT_MODELS:
+        return str(light_model_path(text))
+    raise UsageError(f"model '{text}' is neither a file nor a light model ({', '.join(LIGHT_MODELS)})")
+
+
+def format_stats(stats: OptimizeStats) -> str:
+    """Node counts by op before / after, then one line per pass."""
+    ops = sorted(set(stats.before) | set(stats.after))
+    width = max([len(o) for o in ops] + [8])
+    lines = [f"{'op':<{width}}  {'before':>6}  {'after':>6}"]
+    for o in ops:
+        b, a = stats.before.get(o, 0), stats.after.get(o, 0)
+        lines.append(f"{o:<{width}}  {b or '-':>6}  {a or '-':>6}")
+    lines.append(f"{'total':<{width}}  {sum(stats.before.values()):>6}  {sum(stats.after.values()):>6}")
+    if stats.passes:
+        pw = max(len(r.name) for r in stats.passes)
+        sw = max(len(r.stage) for r in stats.passes)
+        lines += ["", f"{'stage':<{sw}}  {'pass':<{pw}}  {'runs':>4}  {'changed':>7}  {'nodes':>6}  {'weights':>7}  "
+                  f"{'ms':>8}"]
+        for r in stats.passes:
+            lines.append(f"{r.stage:<{sw}}  {r.name:<{pw}}  {r.runs:>4}  {r.changed:>7}  {r.nodes:>+6}  "
+                         f"{r.constants:>+7}  {r.seconds * 1e3:>8.2f}")
+        lines.append(f"optimizer {stats.seconds * 1e3:.1f} ms"
+                     + (f"; did not settle: {', '.join(stats.unsettled)}" if stats.unsettled else ""))
+    return "\n".join(lines)
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    import glowpy
+    from glowpy.ir import to_dot
+    from glowpy.optimizer import OptimizeStats, pass_names
+
+    names = pass_names()
+    if args.after not in ("all", "none", *names):
+        raise UsageError(f"--after {args.after}: unknown pass; choose all, none, or one of {', '.join(names)}")
+    graph = glowpy.load(_model_arg(args.model), shapes=_shape_bindings(args.shape) or None)
+    stats = OptimizeStats(before=graph.count_ops(), after=graph.count_ops())
+    if args.after != "none":
+        graph = glowpy.optimize(graph, args.backend, verify=args.verify or None, stats=stats,
+                                stop_after=None if args.after == "all" else args.after)
+    if args.stats:
+        print(format_stats(stats))
+    elif args.format == "dot":
+        print(to_dot(graph), end="")
+    else:
+        print(graph)
     return EXIT_OK
 
 
@@ -241,7 +325,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 # --- entry -----------------------------------------------------------------------------------------
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_check]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check]
 
 
 def build_parser() -> argparse.ArgumentParser:
