@@ -281,13 +281,16 @@ def conv_transpose(ctx: NodeContext) -> list[Value]:
         # The output size is given (output_shape, or input * stride for SAME): pads are what crops the
         # full transposed output to it. SAME_UPPER puts total // 2 at the beginning; NOTSET and SAME_LOWER
         # put total - total // 2 there (the spec's equations; onnx.reference and onnxruntime agree).
-        if ctx.attr("output_shape") is not None:
+        # A negative total (an output larger than the full one) extends it: at the end for an explicit
+        # output_shape (onnx.reference and onnxruntime), split by the same equations for SAME (reference).
+        given = ctx.attr("output_shape") is not None
+        if given:
             target = tuple(ctx.attr("output_shape"))[-n:]
         else:
             target = tuple(i * s for i, s in zip(in_sp, strides))
         totals = [s * (i - 1) + op + (k - 1) * d + 1 - t
                   for s, i, op, k, d, t in zip(strides, in_sp, out_pad, kernel, dilations, target)]
-        begins = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in totals]
+        begins = [0 if given and t < 0 else t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in totals]
         pads = tuple(begins + [t - bg for t, bg in zip(totals, begins)])
     else:
         pads = spatial_pads(ctx, in_sp, kernel, strides, dilations, transposed=True, output_padding=out_pad)

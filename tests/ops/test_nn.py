@@ -125,15 +125,23 @@ def test_conv_transpose_output_shape_pads(backend, auto_pad):
     assert_same("explicit pads", got["out0"], run_oracle(model, feeds)[0])
 
 
-def test_conv_transpose_output_shape_larger_than_full(backend):
-    """A kernel smaller than the stride: the requested output extends the full one (bias only there),
-    exactly like SAME_LOWER does on the reference."""
+@pytest.mark.parametrize("output_shape", [[9, 10], [10, 9]])
+def test_conv_transpose_output_shape_larger_than_full(backend, output_shape):
+    """A kernel smaller than the stride: the full output (8 x 8) is extended at the end to the requested
+    size, the extension holding just the bias (onnxruntime; the reference agrees at batch 1, group 1)."""
     x, w, b = randn(1, 2, 3, 3), Const(randn(2, 3, 2, 2, seed=1)), Const(randn(3, seed=2))
-    got = glowpy.compile(node_model("ConvTranspose", [x, w, b], opset=11,
-                                    attrs={"strides": [3, 3], "output_shape": [9, 9]})[0],
-                         backend=backend).run({"in0": x})
-    model, feeds = node_model("ConvTranspose", [x, w, b], opset=11, attrs={"strides": [3, 3], "auto_pad": "SAME_LOWER"})
-    assert_same("output_shape 9x9", got["out0"], run_oracle(model, feeds)[0])
+    check(backend, "ConvTranspose", [x, w, b], opset=11, attrs={"strides": [3, 3], "output_shape": output_shape},
+          oracle="onnxruntime")
+    check(backend, "ConvTranspose", [x, w, b], opset=11, attrs={"strides": [3, 3], "output_shape": output_shape})
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_conv_transpose_same_kernel_smaller_than_stride(backend, auto_pad):
+    """SAME asks for input * stride (9) from a full output of 8: the spec's pad equations give negative
+    pads that extend it (onnx.reference; onnxruntime instead clamps the output to 8)."""
+    x, w, b = randn(1, 2, 3, 3), Const(randn(2, 3, 2, 2, seed=1)), Const(randn(3, seed=2))
+    check(backend, "ConvTranspose", [x, w, b], opset=11, attrs={"strides": [3, 3], "auto_pad": auto_pad})
+    check(backend, "ConvTranspose", [x, w], opset=11, attrs={"strides": [3, 4], "auto_pad": auto_pad})
 
 
 @pytest.mark.parametrize("opset", [7, 22])
