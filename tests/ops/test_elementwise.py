@@ -222,6 +222,14 @@ def test_arith_opsets(backend, op, opset):
     check(backend, op, [randn(2, 3), randpos(3, seed=2)], opset=opset)
 
 
+def test_div_int64_exact(backend):
+    """Integer Div truncates toward zero exactly, also beyond 2**53 (onnx.reference divides in float64,
+    which rounds such quotients; onnxruntime divides integers)."""
+    a = np.array([2**53 + 1, -(2**53 + 1), 2**62 + 3, -(2**62) - 1, -7, 7], dtype=np.int64)
+    b = np.array([1, 2, 3, -5, 2, -2], dtype=np.int64)
+    check(backend, "Div", [a, b], opset=14, oracle="onnxruntime")
+
+
 def test_arith_constant_operand(backend):
     check(backend, "Mul", [randn(2, 3), Const(randn(1, 3, seed=5))], opset=13)
     check(backend, "Sub", [Const(randn(3, seed=5)), randn(2, 3)], opset=13)

@@ -162,6 +162,33 @@ def check(
     return got
 
 
+def check_graph(
+    backend: str,
+    nodes: Sequence[onnx.NodeProto],
+    feeds: dict[str, np.ndarray],
+    outputs: Sequence[str],
+    *,
+    opset: int,
+    initializers: dict[str, np.ndarray] | None = None,
+    oracle: str = "reference",
+) -> dict[str, np.ndarray]:
+    """Like `check`, for a small multi-node graph (compile-time operands computed by other nodes)."""
+    graph = helper.make_graph(
+        list(nodes), "pattern", [_tensor_info(n, np.asarray(x)) for n, x in feeds.items()],
+        [helper.make_empty_tensor_value_info(o) for o in outputs],
+        initializer=[numpy_helper.from_array(np.asarray(v), n) for n, v in (initializers or {}).items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = min(model.ir_version, onnx.IR_VERSION)
+    want = run_oracle(model, feeds, oracle)
+    for optimize in ([True, False] if backend == "interpreter" else [True]):
+        got = glowpy.compile(model, backend=backend, optimize=optimize).run(feeds)
+        assert list(got) == list(outputs)
+        for name, w in zip(outputs, want):
+            assert_same(f"output {name} (optimize={optimize})", got[name], w)
+    return got
+
+
 def expect_error(
     cls: type[GlowpyError],
     op_type: str,

@@ -130,8 +130,12 @@ def _binary(name: str, fn, *, result_bool: bool = False, dtypes=NUMERIC_TYPES) -
 
 def _int_safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind in "iu":
-        # ONNX integer Div truncates toward zero (C semantics), numpy floors.
-        return np.trunc(a / b).astype(a.dtype)
+        # ONNX integer Div truncates toward zero (C semantics), numpy floors. Exact for every int64
+        # (going through float64 would round quotients beyond 2**53); x / 0 gives 0 rather than trapping.
+        with np.errstate(divide="ignore", over="ignore"):
+            q = np.floor_divide(a, b)
+            inexact = (a - q * b != 0) & ((a < 0) != (b < 0))
+        return np.where(inexact, q + 1, q).astype(a.dtype)
     return a / b
 
 
