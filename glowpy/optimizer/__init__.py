@@ -91,6 +91,8 @@ def clone(graph: Graph) -> Graph:
         for a, b in zip(n.outputs, copy.outputs):
             new[id(a)] = b
     g.outputs = [new[id(v)] for v in graph.outputs]
+    for key, value in vars(graph).items():  # anything else a graph carries (metadata) is shared
+        g.__dict__.setdefault(key, value)
     return g
 
 

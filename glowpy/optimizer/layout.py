@@ -61,12 +61,14 @@ def _sink_one(graph: Graph, t: Node) -> bool:
     if t.outputs[0].shape != out_shape:
         return False
     new_inputs = []
+    moved = [t]
     for v in user.inputs:
         if v is t.outputs[0]:
             new_inputs.append(t.inputs[0])
         elif v.producer is not None and v.producer.op == "Transpose" and tuple(v.producer.attrs["perm"]) == perm \
                 and v.shape == out_shape:
             new_inputs.append(v.producer.inputs[0])
+            moved.append(v.producer)
         elif v.is_constant:
             full = v.data.reshape((1,) * (len(perm) - v.data.ndim) + v.data.shape)
             new_inputs.append(add_weight(graph, v.name, transposed(full, inverse_perm(perm))))
@@ -76,6 +78,9 @@ def _sink_one(graph: Graph, t: Node) -> bool:
     inner = graph.add_node(user.op, new_inputs, dict(user.attrs), name=user.name, index=idx)
     outer = graph.add_node("Transpose", inner.outputs, {"perm": perm}, name=t.name, index=idx + 1)
     replace_node(graph, user, outer.outputs, adopt_names=True)
+    for old in moved:  # gone now, unless another node still reads them (a paired transpose may)
+        if old in graph.nodes:
+            _drop_if_unused(graph, old)
     return True
 
 
@@ -84,14 +89,13 @@ def sink_transposes(graph: Graph) -> bool:
     whose other operand is the same transpose or a constant), so that it meets the next transpose
     or reshape; cancel_transposes then merges them. Transposes only move down, so this ends."""
     changed = False
-    for node in list(graph.nodes):
-        if node.op == "Transpose" and _sink_one(graph, node):
-            changed = True
+    moved = True
+    while moved:  # a moved transpose is a new node further down: sweep again until none moves
+        moved = False
+        for node in list(graph.nodes):
+            if node.op == "Transpose" and node in graph.nodes and _sink_one(graph, node):
+                moved = changed = True
     if changed:
-        # The moved transposes (and operands they were paired with) are unused now unless shared.
-        for node in reversed(list(graph.nodes)):
-            if node.op == "Transpose":
-                _drop_if_unused(graph, node)
         graph.remove_unused_constants()
     return changed
 
