@@ -517,7 +517,7 @@ def split(ctx: NodeContext) -> list[Value]:
     if sizes is None:
         parts = ctx.attr("num_outputs", n)
         chunk = -(-dim // parts)
-        sizes = tuple(min(chunk, dim - i * chunk) for i in range(parts))
+        sizes = tuple(max(0, min(chunk, dim - i * chunk)) for i in range(parts))  # 5 in 4: 2, 2, 1, 0
     if len(sizes) != n or sum(sizes) != dim or any(s < 0 for s in sizes):
         raise ctx.unsupported("split sizes do not match outputs and axis", expected=f"{n} sizes summing to {dim}",
                               found=list(sizes))

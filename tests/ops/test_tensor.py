@@ -58,6 +58,13 @@ def test_reshape_allowzero_without_zeros(backend):
     check(backend, "Reshape", [randn(2, 3, 4), ints(3, -1, 2)], opset=14, attrs={"allowzero": 1})
 
 
+@pytest.mark.parametrize("xs,shape", [((0, 3), (3, 0)), ((2, 0), (0, 0, 5))], ids=["0x3->3x0", "2x0->0x0x5"])
+def test_reshape_allowzero_keeps_zeros(backend, xs, shape):
+    """allowzero=1: a 0 in the shape is a zero dim, not a copy (only possible for empty tensors, which
+    can only be weights here: zero dims are rejected at the inputs)."""
+    check(backend, "Reshape", [Const(np.zeros(xs, np.float32)), ints(*shape)], opset=14, attrs={"allowzero": 1})
+
+
 def test_reshape_allowzero_zero_copies(backend):
     check(backend, "Reshape", [randn(2, 3, 4), ints(0, 4, 3)], opset=14, attrs={"allowzero": 0})
 
@@ -230,7 +237,7 @@ def test_split_sizes(backend, opset, sizes):
         check(backend, "Split", [x, ints(*sizes)], opset=opset, attrs={"axis": -1}, outputs=len(sizes))
 
 
-@pytest.mark.parametrize("dim,parts", [(7, 3), (5, 2), (10, 4), (4, 4), (3, 2)])
+@pytest.mark.parametrize("dim,parts", [(7, 3), (5, 2), (10, 4), (4, 4), (3, 2), (5, 4), (2, 3)])
 def test_split_num_outputs_uneven(backend, dim, parts):
     """Opset 18: num_outputs with a dim it does not divide; the last chunk is smaller."""
     check(backend, "Split", [randn(2, dim)], opset=18, attrs={"axis": 1, "num_outputs": parts}, outputs=parts)
