@@ -45,10 +45,6 @@ def const_data(v: Value) -> np.ndarray | None:
     return v.data if v.is_constant else None
 
 
-def has_fused_epilogue(node: Node) -> bool:
-    return node.attrs.get("activation", "none") != "none" or (node.op == "Conv" and len(node.inputs) > 3)
-
-
 def index_of(graph: Graph, node: Node) -> int:
     return graph.nodes.index(node)
 
