@@ -12,9 +12,13 @@ import pytest
 from onnx import TensorProto, helper
 
 from glowpy.errors import (
+    InvalidModel,
+    MismatchingDatatype,
+    MismatchingShape,
     UnsupportedAttribute,
     UnsupportedDatatype,
     UnsupportedOperator,
+    UnsupportedShape,
     UnsupportedVersion,
 )
 from glowpy.importer import TABLE
@@ -101,6 +105,67 @@ def test_string_input_unsupported():
 
     with pytest.raises(UnsupportedDatatype, match="'s'.*STRING|STRING.*'s'"):
         glowpy.compile(model, backend="interpreter")
+
+
+# --- operands that do not fit the op ----------------------------------------------------------------
+
+
+def _ints(*v: int) -> Const:
+    return Const(np.array(v, dtype=np.int64))
+
+
+BAD_OPERANDS = {
+    # case: (error class, op, inputs, opset, attrs, words the message must contain)
+    "Concat-axis": (UnsupportedAttribute, "Concat", [randn(2, 3), randn(2, 3)], 13, {"axis": 2}, ["axis", "found 2"]),
+    "Concat-negative-axis": (UnsupportedAttribute, "Concat", [randn(2, 3), randn(2, 3)], 13, {"axis": -3},
+                             ["axis", "found -3"]),
+    "Concat-dtypes": (MismatchingDatatype, "Concat", [randn(2, 3), randint(2, 3)], 13, {"axis": 0}, ["int64"]),
+    "Concat-shapes": (MismatchingShape, "Concat", [randn(2, 3), randn(2, 4)], 13, {"axis": 0}, ["concat axis"]),
+    "Gather-axis": (UnsupportedAttribute, "Gather", [randn(2, 3), Const(np.array([0]))], 13, {"axis": 2}, ["axis"]),
+    "Gather-float-indices": (UnsupportedDatatype, "Gather", [randn(3), Const(np.array([1.0], np.float32))], 13, {},
+                             ["indices"]),
+    "ArgMax-axis": (UnsupportedAttribute, "ArgMax", [randn(2, 3)], 13, {"axis": -3}, ["axis"]),
+    "LogSoftmax-axis": (UnsupportedAttribute, "LogSoftmax", [randn(2, 3)], 13, {"axis": -3}, ["axis"]),
+    "Split-axis": (UnsupportedAttribute, "Split", [randn(2, 4)], 18, {"axis": 2, "num_outputs": 2}, ["axis"]),
+    "Squeeze-axis": (UnsupportedAttribute, "Squeeze", [randn(2, 3), _ints(2)], 13, {}, ["axis"]),
+    "Squeeze-non-1": (InvalidModel, "Squeeze", [randn(2, 3), _ints(0)], 13, {}, ["size 1"]),
+    "Unsqueeze-axis": (UnsupportedAttribute, "Unsqueeze", [randn(2, 3), _ints(3)], 13, {}, ["axis"]),
+    "ReduceSum-axis": (UnsupportedAttribute, "ReduceSum", [randn(2, 3), _ints(-3)], 13, {}, ["axis"]),
+    "Slice-axis": (UnsupportedAttribute, "Slice", [randn(2, 3), _ints(0), _ints(1), _ints(2)], 13, {}, ["axis"]),
+    "Pad-axis": (UnsupportedAttribute, "Pad", [randn(2, 3), _ints(1, 1), None, _ints(2)], 18, {}, ["axis"]),
+    "Pad-pads-length": (UnsupportedAttribute, "Pad", [randn(2, 3), _ints(1, 1)], 13, {}, ["pads"]),
+    "LayerNormalization-axis": (UnsupportedAttribute, "LayerNormalization", [randn(2, 3), Const(randn(3))], 17,
+                                {"axis": 2}, ["axis"]),
+    "Expand-shape": (MismatchingShape, "Expand", [randn(2, 3), _ints(4)], 13, {}, ["broadcast"]),
+    "Reshape-count": (InvalidModel, "Reshape", [randn(2, 3), _ints(4, -1)], 13, {}, ["element count"]),
+    "Reshape-two-minus1": (UnsupportedAttribute, "Reshape", [randn(2, 3), _ints(-1, -1)], 13, {}, ["-1"]),
+    "Gemm-inner": (MismatchingShape, "Gemm", [randn(2, 3), Const(randn(4, 2))], 13, {}, ["inner"]),
+    "MatMul-inner": (MismatchingShape, "MatMul", [randn(2, 3), randn(4, 2)], 13, {}, ["inner"]),
+    "Add-broadcast": (MismatchingShape, "Add", [randn(2, 3), randn(4)], 13, {}, ["broadcast"]),
+    "Add-dtypes": (MismatchingDatatype, "Add", [randn(3), randint(3)], 13, {}, ["int64"]),
+    "Where-dtypes": (MismatchingDatatype, "Where", [randbool(2), randn(2), randint(2)], 16, {}, ["int64"]),
+    "Conv-channels": (MismatchingShape, "Conv", [randn(1, 2, 4, 4), Const(randn(3, 3, 3, 3))], 11, {}, ["channels"]),
+    "Conv-kernel_shape": (InvalidModel, "Conv", [randn(1, 2, 4, 4), Const(randn(3, 2, 3, 3))], 11,
+                          {"kernel_shape": [2, 2]}, ["kernel_shape"]),
+    "Conv-strides-length": (UnsupportedAttribute, "Conv", [randn(1, 2, 4, 4), Const(randn(3, 2, 3, 3))], 11,
+                            {"strides": [1]}, ["strides"]),
+    "Conv-kernel-too-big": (UnsupportedShape, "Conv", [randn(1, 2, 2, 2), Const(randn(3, 2, 3, 3))], 11, {},
+                            ["kernel"]),
+    "MaxPool-kernel-length": (UnsupportedAttribute, "MaxPool", [randn(1, 2, 4, 4)], 11, {"kernel_shape": [2]},
+                              ["kernel_shape"]),
+    "MaxPool-rank": (UnsupportedAttribute, "MaxPool", [randn(2, 4)], 11, {"kernel_shape": [2]}, ["spatial"]),
+    "BatchNormalization-channels": (MismatchingShape, "BatchNormalization",
+                                    [randn(2, 3), *(Const(randn(4)) for _ in range(4))], 15, {}, ["channel"]),
+    "Clip-runtime-bound": (UnsupportedShape, "Clip", [randn(3), randn(1)], 13, {}, ["compile time"]),
+    "ConstantOfShape-negative": (UnsupportedAttribute, "ConstantOfShape", [_ints(-1, 2)], 9, {}, ["negative"]),
+    "Cast-unknown-type": (UnsupportedDatatype, "Cast", [randn(3)], 13, {"to": 100}, ["100"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_OPERANDS))
+def test_bad_operands(case):
+    cls, op, ins, opset, attrs, words = BAD_OPERANDS[case]
+    expect_error(cls, op, ins, opset=opset, attrs=attrs, mentions=words)
 
 
 # --- unsupported operators and opsets --------------------------------------------------------------

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from glowpy.errors import MismatchingShape, UnsupportedAttribute, UnsupportedDatatype
+from glowpy.errors import MismatchingDatatype, MismatchingShape, UnsupportedAttribute, UnsupportedDatatype
 from glowpy.ir.ops.elementwise import broadcast_shapes
 from glowpy.ir.ops.registry import REQUIRED, op
 from glowpy.ir.types import NUMERIC_TYPES, TensorType
@@ -57,7 +57,7 @@ def _concat_infer(attrs: dict, *xs: TensorType) -> TensorType:
             raise MismatchingShape("inputs differ outside the concat axis", op="Concat",
                                    expected=list(xs[0].shape), found=list(t.shape))
         if t.dtype != xs[0].dtype:
-            raise UnsupportedDatatype("inputs differ in element type", op="Concat", expected=str(xs[0].dtype),
+            raise MismatchingDatatype("inputs differ in element type", op="Concat", expected=str(xs[0].dtype),
                                       found=str(t.dtype))
     shape = list(xs[0].shape)
     shape[axis] = sum(t.shape[axis] for t in xs)
