@@ -17,7 +17,7 @@ from glowpy.compiled import CompiledModel
 from glowpy.errors import GlowpyError, Status
 from glowpy.importer import ModelLike, ShapeMap, import_model
 from glowpy.importer.compat import CompatReport, check
-from glowpy.partition import Partition, partition
+from glowpy.importer.partition import Partition, partition
 from glowpy.ir import Graph
 from glowpy.optimizer import optimize
 

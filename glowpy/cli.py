@@ -285,7 +285,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     import json
 
     import glowpy
-    from glowpy.partition import partition
+    from glowpy.importer.partition import partition
 
     shapes = _shape_bindings(args.shape) or None
     part = None
