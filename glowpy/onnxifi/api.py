@@ -382,7 +382,7 @@ def read_descriptors(addr: int, count: int, role: str, allowed: set[str]) -> lis
             raise CallError(Status.UNSUPPORTED_TAG, f"{role} descriptor {i} has tag 0x{tag & 0xFFFFFFFF:08x}",
                             expected=f"0x{C.TAG_TENSOR_DESCRIPTOR_V1:08x}", found=f"0x{tag & 0xFFFFFFFF:08x}")
         d = C.onnxTensorDescriptorV1.from_address(base)
-        raw = M.read_cstring(ctypes.cast(d.name, ctypes.c_void_p).value or 0)
+        raw = M.read_cstring(ctypes.c_void_p.from_address(base + C.onnxTensorDescriptorV1.name.offset).value or 0)
         try:
             name = raw.decode("utf-8") if raw is not None else None
         except UnicodeDecodeError:
