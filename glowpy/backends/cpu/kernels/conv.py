@@ -179,6 +179,9 @@ def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: n
     if geo.group == geo.C == geo.M and geo.Cg == 1:
         return _emit_depthwise(module, name, geo, w, bias, activation, activation_params, has_residual,
                                vector_width)
+    if use_channel_vectors(geo, vector_width):
+        return _emit_channel_conv(module, name, geo, w, bias, activation, activation_params, has_residual,
+                                  vector_width)
     return _emit_gemm_conv(module, name, geo, w, bias, activation, activation_params, has_residual,
                            vector_width)
 
@@ -279,6 +282,146 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
                         run(*edge_args)
 
         panel_walk(vx, lo=lo, hi=hi, mblocks=mblocks, body=do_panel)
+
+    if chunks == 1:
+        chunk(ir.Constant(I64, 0), geo.Cg, True, True)
+    else:
+        chunk(ir.Constant(I64, 0), cc, True, False)
+        if chunks > 2:
+            lp = Loop(vx, "chunk", 1, chunks - 1)
+            chunk(b.mul(lp.i, ir.Constant(I64, cc), name="c0"), cc, False, False)
+            lp.close()
+        chunk(ir.Constant(I64, (chunks - 1) * cc), geo.Cg - (chunks - 1) * cc, False, True)
+    b.ret_void()
+    return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_bytes)
+
+
+def use_channel_vectors(geo: _Geometry, vw: int) -> bool:
+    """Vectors over pixels waste lanes on small maps (7x7: 64 lanes for 49 pixels; 1x1: 16 for 1); there
+    the kernel vectors over output channels instead (10% allowance for its scatter epilogue)."""
+    if geo.P > 256:
+        return False
+    by_pixels = math.ceil(geo.P / vw) * vw * geo.Mg
+    by_channels = geo.P * math.ceil(geo.Mg / vw) * vw * 1.1
+    return by_channels < by_pixels
+
+
+def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual,
+                       vw) -> KernelInfo:
+    """The transposed blocking for small maps: a tile is (a few output pixels) x (NV vectors of output
+    channels); the pixels' input values are broadcast, the weights ([group][channel panel][k][NR]) are the
+    vectors, and the epilogue scatters each vector down a column of NCHW. Reduction chunks keep their
+    partial sums in a per-thread scratch tile store, so out is written once (out == residual is safe)."""
+    pr, nv = choose_tile(geo.P, vw)  # pixels per tile, channel vectors per tile
+    nr = nv * vw
+    kg = geo.Cg * geo.KHKW
+    pblocks, pfull = math.ceil(geo.P / pr), geo.P // pr
+    p_edge = geo.P - pfull * pr
+    mpanels, mpfull = math.ceil(geo.Mg / nr), geo.Mg // nr
+    m_edge = geo.Mg - mpfull * nr
+    wg = np.zeros((geo.group, mpanels * nr, kg), np.float32)
+    wg[:, :geo.Mg] = w.reshape(geo.group, geo.Mg, kg)
+    wp = np.ascontiguousarray(wg.reshape(geo.group, mpanels, nr, kg).transpose(0, 1, 3, 2)).ravel()
+    bp = np.zeros((geo.group, mpanels * nr), np.float32)
+    bp[:, :geo.Mg] = bias.reshape(geo.group, geo.Mg)
+    packed = [wp, bp.ravel()]
+
+    direct = geo.direct
+    pix_stride = 8  # pixel buffer row: pr <= 8 floats, one <8 x float> per k
+    kc = L2_WEIGHT_BYTES // (mpanels * nr * 4)
+    cc = max(1, min(geo.Cg, kc // geo.KHKW))
+    cc = math.ceil(geo.Cg / math.ceil(geo.Cg / cc))
+    chunks = math.ceil(geo.Cg / cc)
+    units = geo.N * geo.group * pblocks * mpanels
+    pbuf_floats = 0 if direct else cc * geo.KHKW * pix_stride
+    cbuf_floats = units * pr * nr if chunks > 1 else 0
+    scratch_bytes = (pbuf_floats + cbuf_floats) * 4 + 64 if pbuf_floats + cbuf_floats else 0
+
+    fn = kernel_function(module, name, len(packed))
+    out_p, x_p, res_p, scratch_p, w_p, bias_p = fn.args[:6]
+    tid, nthreads = fn.args[-2:]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    vx = VecIR(module, b, vw)
+    v8 = VecIR(module, b, 8)
+    pbuf = cbuf = None
+    if scratch_bytes:
+        raw = b.ptrtoint(scratch_p, I64)
+        base = b.inttoptr(b.and_(b.add(raw, ir.Constant(I64, 63)), ir.Constant(I64, ~63)), PTR, name="scratch.al")
+        pbuf = base
+        cbuf = vx.gep(base, pbuf_floats, name="partials")
+    lo, hi = thread_range(vx, tid, nthreads, units)
+
+    def chunk(c0, ncc: int, first: bool, last: bool) -> None:
+        kc = ncc * geo.KHKW
+
+        def do_panel(panel, mp_lo, mp_hi) -> None:
+            pb = b.urem(panel, ir.Constant(I64, pblocks), name="pb")
+            img_g = b.udiv(panel, ir.Constant(I64, pblocks), name="img_g")
+            g = b.urem(img_g, ir.Constant(I64, geo.group), name="g")
+            x_img = vx.gep(x_p, vx.off((img_g, geo.Cg * geo.HW)), name="x.img")
+            out_img = vx.gep(out_p, vx.off((img_g, geo.Mg * geo.P)), name="out.img")
+            res_img = vx.gep(res_p, vx.off((img_g, geo.Mg * geo.P)), name="res.img") if has_residual else None
+            q0 = b.mul(pb, ir.Constant(I64, pr), name="q0")
+
+            def run(rows: int) -> None:
+                if direct:
+                    aptr, a_ks = vx.gep(x_img, vx.off((c0, geo.HW), q0), name="apix"), geo.HW
+                else:
+                    pan = _Panel(v8, geo, q0, 1, rows if rows < 8 else 0)
+                    _pack(v8, geo, pan, pbuf, x_img, c0, ncc, q0, pix_stride)
+                    aptr, a_ks = pbuf, pix_stride
+
+                def tile(mp, edge: bool) -> None:
+                    nvec = math.ceil(m_edge / vw) if edge else nv
+                    lanes = m_edge % vw if edge else 0
+                    masks = [None] * (nvec - 1) + [vx.lane_mask(lanes) if lanes else None]
+                    wtile = vx.gep(w_p, vx.off((b.add(b.mul(g, ir.Constant(I64, mpanels)), mp), kg * nr),
+                                               (c0, geo.KHKW * nr)), name="wtile")
+                    cb = None
+                    if chunks > 1:
+                        u = b.add(b.mul(panel, ir.Constant(I64, mpanels)), mp, name="u")
+                        cb = vx.gep(cbuf, vx.off((b.sub(u, lo), pr * nr)), name="cb")
+                    init = None if first else [[vx.load(vx.gep(cb, r * nr + v * vw), name="part")
+                                                for v in range(nvec)] for r in range(rows)]
+                    acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=aptr, a_rs=1, a_ks=a_ks, b_ptr=wtile,
+                                    b_ks=nr, init=init, name="convc")
+                    if not last:
+                        for r in range(rows):
+                            for v in range(nvec):
+                                vx.store(acc[r][v], vx.gep(cb, r * nr + v * vw))
+                        return
+                    m0 = b.mul(mp, ir.Constant(I64, nr), name="m0")
+                    brow = vx.gep(bias_p, vx.off((g, mpanels * nr), m0), name="brow")
+                    m0v = vx.splat(b.trunc(m0, I32))
+                    cols = []  # element offset of channel (m0 + v*VW + lane) in an NCHW image
+                    for v in range(nvec):
+                        ch = b.add(m0v, b.add(vx.iota, vx.iconst(v * vw)), name="chv")
+                        cols.append(b.mul(ch, vx.iconst(geo.P), name="colidx"))
+                    bias_v = [vx.load(vx.gep(brow, v * vw), name="bias") for v in range(nvec)]
+                    for r in range(rows):
+                        q = vx.off(q0, r)
+                        for v in range(nvec):
+                            val = vx.fadd(acc[r][v], bias_v[v])
+                            if has_residual:
+                                rp = vx.ptrs(vx.gep(res_img, q), cols[v], name="resp")
+                                val = vx.fadd(val, vx.gather_ptrs(rp, masks[v], name="res"))
+                            val = vx.activation(val, activation, params)
+                            vx.scatter(val, vx.ptrs(vx.gep(out_img, q), cols[v], name="outp"), masks[v])
+
+                block_loop(vx, lo=mp_lo, hi=mp_hi, blocks=mpanels, full=mpfull, body=tile)
+
+            if p_edge == 0:
+                run(pr)
+            elif pfull == 0:
+                run(p_edge)
+            else:
+                with b.if_else(b.icmp_signed("<", pb, ir.Constant(I64, pfull), name="pblock.isfull")) as (full, part):
+                    with full:
+                        run(pr)
+                    with part:
+                        run(p_edge)
+
+        panel_walk(vx, lo=lo, hi=hi, mblocks=mpanels, body=do_panel)
 
     if chunks == 1:
         chunk(ir.Constant(I64, 0), geo.Cg, True, True)

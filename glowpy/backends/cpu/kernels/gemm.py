@@ -190,13 +190,29 @@ class VecIR:
         fn = self.intrinsic(f"llvm.masked.store.{self._suffix()}.p0", VOID, [self.vty, PTR, I32, self.mty])
         self.b.call(fn, [val, ptr, ir.Constant(I32, 4), mask])
 
+    def ptrs(self, base, idx, name: str = ""):
+        """<VW x ptr>: base + idx[l] floats (idx: <VW x i32>)."""
+        ptrs = self.b.gep(base, [idx], source_etype=F32, name=name)
+        ptrs.type = self.pty  # llvmlite types a vector-index gep as a scalar ptr
+        return ptrs
+
     def gather(self, base, idx, mask, name: str = ""):
         """Lanes base[idx[l]] where mask[l], else 0 (idx: <VW x i32>)."""
-        ptrs = self.b.gep(base, [idx], source_etype=F32, name=f"{name}.ptrs")
-        ptrs.type = self.pty  # llvmlite types a vector-index gep as a scalar ptr
+        return self.gather_ptrs(self.ptrs(base, idx, name=f"{name}.ptrs"), mask, name=name)
+
+    def gather_ptrs(self, ptrs, mask, name: str = ""):
+        if mask is None:
+            mask = self.lane_mask(self.vw)
         fn = self.intrinsic(f"llvm.masked.gather.{self._suffix()}.v{self.vw}p0", self.vty,
                             [self.pty, I32, self.mty, self.vty])
         return self.b.call(fn, [ptrs, ir.Constant(I32, 4), mask, self.zero], name=name)
+
+    def scatter(self, val, ptrs, mask) -> None:
+        if mask is None:
+            mask = self.lane_mask(self.vw)
+        fn = self.intrinsic(f"llvm.masked.scatter.{self._suffix()}.v{self.vw}p0", VOID,
+                            [self.vty, self.pty, I32, self.mty])
+        self.b.call(fn, [val, ptrs, ir.Constant(I32, 4), mask])
 
     def splat(self, scalar, name: str = ""):
         """Broadcast a float or i32 scalar value to all lanes."""

@@ -58,6 +58,11 @@ CONFIGS = {
     "single_output_channel": ((1, 3, 5, 5), (1, 3, 3, 3), dict(pads=(1, 1, 1, 1))),
     "batch2_3x3": ((2, 5, 9, 9), (6, 5, 3, 3), dict(pads=(1, 1, 1, 1))),
     "batch2_dw": ((2, 5, 9, 9), (5, 1, 3, 3), dict(group=5, pads=(1, 1, 1, 1))),
+    # small maps vectorized over output channels, with reduction chunks through the scratch partials
+    "chanvec_chunked_batch2": ((2, 640, 5, 5), (600, 640, 1, 1), {}),
+    "chanvec_3x3_groups_chunked": ((1, 80, 6, 6), (1200, 40, 3, 3), dict(group=2, pads=(1, 1, 1, 1))),
+    "chanvec_3x3s2_asym": ((1, 24, 9, 9), (48, 24, 3, 3), dict(strides=(2, 2), pads=(1, 0, 1, 2))),
+    "direct_chunked": ((1, 400, 9, 9), (40, 400, 1, 1), {}),
 }
 
 
@@ -91,7 +96,7 @@ def _run_and_check(x_shape, w_shape, attrs, *, activation="relu", params=(), res
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_conv_configs(name: str) -> None:
     x_shape, w_shape, attrs = CONFIGS[name]
-    _run_and_check(x_shape, w_shape, attrs, residual=name.endswith(("_56", "_7x7", "dw", "g4", "2_3x3")))
+    _run_and_check(x_shape, w_shape, attrs, residual=name.endswith(("_56", "_7x7", "dw", "g4", "2_3x3", "chunked", "batch2", "asym")))
 
 
 ACTS = [("none", ()), ("relu", ()), ("clip", (-0.5, 0.7)), ("leaky_relu", (0.1,)), ("sigmoid", ()), ("tanh", ())]
