@@ -323,9 +323,40 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if report.supported else EXIT_FAIL
 
 
+# --- glowpy onnxifi ---------------------------------------------------------------------------------
+
+
+def add_onnxifi(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("onnxifi", help="build or locate libonnxifi-glowpy.so, the ONNXIFI C library", description=(
+        "The ONNXIFI backend library hosts dlopen (cffi embedding mode; header in glowpy/onnxifi/include). "
+        "Both actions print the library's path on their last line."))
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (("build", "compile the library (about a second)"),
+                       ("path", "print the library's path, building it first if it is missing or stale")):
+        a = actions.add_parser(name, help=text, description=text)
+        a.add_argument("--output", "-o", metavar="DIR", help="the library's directory (default: the user cache)")
+    p.set_defaults(func=cmd_onnxifi)
+
+
+def cmd_onnxifi(args: argparse.Namespace) -> int:
+    from glowpy.onnxifi import build
+
+    try:
+        if args.action == "build" or not build.is_current(args.output):
+            print(f"building  {build.library_path(args.output)} (header {build.HEADER})")
+            lib = build.build(args.output)
+        else:
+            lib = build.library_path(args.output)
+    except Exception as e:  # noqa: BLE001  (compiler and cffi failures: one line, no traceback)
+        print(f"glowpy onnxifi: error: cannot build the library: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    print(lib)
+    return EXIT_OK
+
+
 # --- entry -----------------------------------------------------------------------------------------
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check, add_onnxifi]
 
 
 def build_parser() -> argparse.ArgumentParser:
