@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from glowpy.ir.graph import Graph, Node, Value
-from glowpy.optimizer.rewrite import add_weight, const_data, index_of, replace_node, transposed
+from glowpy.optimizer.rewrite import add_weight, const_data, index_of, replace_node, root_name, transposed
 
 if TYPE_CHECKING:
     from glowpy.backends.base import Backend
@@ -30,12 +30,12 @@ class Builder:
         self.index = index_of(graph, at)
 
     def __call__(self, op: str, *inputs: Value, **attrs: Any) -> Value:
-        node = self.graph.add_node(op, list(inputs), attrs, name=f"{self.at.name}.{op.lower()}", index=self.index)
+        node = self.graph.add_node(op, list(inputs), attrs, name=f"{root_name(self.at.name)}.{op.lower()}", index=self.index)
         self.index += 1
         return node.outputs[0]
 
     def const(self, data: Any, what: str) -> Value:
-        return add_weight(self.graph, f"{self.at.name}.{what}", np.asarray(data, dtype=self.dtype))
+        return add_weight(self.graph, f"{root_name(self.at.name)}.{what}", np.asarray(data, dtype=self.dtype))
 
 
 Lowering = Callable[[Builder, Node], "Sequence[Value] | None"]

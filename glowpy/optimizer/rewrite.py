@@ -11,6 +11,7 @@ Rules kept here so each pass does not restate them:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,12 @@ from glowpy.ir.graph import Graph, Node, Value
 
 # Producers that can carry a fused activation epilogue (see glowpy.ir.ops.nn).
 ACTIVATION_CARRIERS = ("Conv", "Gemm", "MatMul", "FullyConnected")
+
+
+def root_name(name: str) -> str:
+    """`name` without the `.N` suffixes Graph.unique_name adds, so that a node or weight rewritten
+    several times is called `conv1.57`, not `conv1.3.12.57`."""
+    return re.sub(r"(\.\d+)+$", "", name) or name
 
 
 def is_graph_output(graph: Graph, v: Value) -> bool:
@@ -89,7 +96,7 @@ def rebuild(
     """
     target = replaces or node
     new = graph.add_node(op or node.op, list(node.inputs if inputs is None else inputs),
-                         dict(node.attrs if attrs is None else attrs), name=node.name,
+                         dict(node.attrs if attrs is None else attrs), name=root_name(node.name),
                          index=index_of(graph, node))
     replace_node(graph, target, new.outputs, adopt_names=True)
     if target is not node and not any(o.users or is_graph_output(graph, o) for o in node.outputs):
@@ -99,7 +106,7 @@ def rebuild(
 
 def add_weight(graph: Graph, base: str, data: np.ndarray) -> Value:
     """A new constant named after `base` (made unique)."""
-    return graph.add_constant(base, np.asarray(data), unique=True)
+    return graph.add_constant(root_name(base), np.asarray(data), unique=True)
 
 
 def is_uniform_view(a: np.ndarray) -> bool:
