@@ -31,6 +31,7 @@ from .gemm import (
     check_activation,
     choose_tile,
     emit_tile,
+    imin,
     kernel_function,
     panel_walk,
     thread_range,
@@ -147,6 +148,55 @@ def _pack(vx: VecIR, geo: _Geometry, pan: _Panel, buf, x_img, c0, ncc: int, p0, 
     lp.close()
 
 
+def _chunk_loop(vx: VecIR, cg: int, cc: int, body) -> None:
+    """body(c0, ncc, first, last) per reduction chunk of cc channels. One chunk is emitted inline with
+    constants; several run as one runtime loop (first/last are i1 values) so tile code exists once."""
+    b = vx.b
+    chunks = math.ceil(cg / cc)
+    if chunks == 1:
+        body(ir.Constant(I64, 0), cg, True, True)
+        return
+    lp = Loop(vx, "chunk", 0, chunks)
+    c0 = b.mul(lp.i, ir.Constant(I64, cc), name="c0")
+    ncc = imin(b, ir.Constant(I64, cc), b.sub(ir.Constant(I64, cg), c0), name="ncc")
+    first = b.icmp_signed("==", lp.i, ir.Constant(I64, 0), name="chunk.first")
+    last = b.icmp_signed("==", lp.i, ir.Constant(I64, chunks - 1), name="chunk.last")
+    body(c0, ncc, first, last)
+    lp.close()
+
+
+def _choose(vx: VecIR, cond, make_a, make_b) -> list:
+    """make_a() if cond else make_b(), for cond a Python bool or an i1 (two branches joined by phis)."""
+    if cond is True:
+        return make_a()
+    if cond is False:
+        return make_b()
+    b = vx.b
+    with b.if_else(cond) as (then, otherwise):
+        with then:
+            va, ba = make_a(), b.block
+        with otherwise:
+            vb, bb = make_b(), b.block
+    out = []
+    for x, y in zip(va, vb):
+        phi = b.phi(x.type, name="sel")
+        phi.add_incoming(x, ba)
+        phi.add_incoming(y, bb)
+        out.append(phi)
+    return out
+
+
+def _when(vx: VecIR, cond, then_fn, else_fn) -> None:
+    if cond is True or cond is False:
+        (then_fn if cond else else_fn)()
+        return
+    with vx.b.if_else(cond) as (then, otherwise):
+        with then:
+            then_fn()
+        with otherwise:
+            else_fn()
+
+
 def _load_tap(vx: VecIR, plane, p0, src, mask, name: str):
     """Input values of one tap for one vector of the panel; plane = this channel's first float."""
     where, m = src, mask
@@ -201,7 +251,6 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
     packed = [wp, bias]
 
     cc = chunk_channels(geo.Cg, geo.KHKW, nr, mblocks * mr)
-    chunks = math.ceil(geo.Cg / cc)
     direct = geo.direct
     scratch_bytes = 0 if direct else cc * geo.KHKW * nr * 4 + 64
 
@@ -217,11 +266,11 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
 
     lo, hi = thread_range(vx, tid, nthreads, geo.N * geo.group * nblocks * mblocks)
 
-    def chunk(c0, ncc: int, first: bool, last: bool) -> None:
+    def chunk(c0, ncc, first, last) -> None:
         """Channels [c0, c0 + ncc) of every panel and row block this thread owns. The first chunk starts
         from bias (+ residual), later ones from the partial sums in out; the last applies the activation.
         Reading the residual before out is first written keeps out == residual (in place) safe."""
-        kc = ncc * geo.KHKW
+        kc = ncc * geo.KHKW if isinstance(ncc, int) else b.mul(ncc, ir.Constant(I64, geo.KHKW), name="kc")
 
         def do_panel(panel, mb_lo, mb_hi) -> None:
             nb = b.urem(panel, ir.Constant(I64, nblocks), name="nb")
@@ -246,26 +295,36 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
                     wtile = vx.gep(w_p, vx.off((b.add(b.mul(g, ir.Constant(I64, mblocks)), mb), kg * mr),
                                                (c0, geo.KHKW * mr)), name="wtile")
                     orow = [vx.off((vx.off(m0, r), geo.P), p0) for r in range(rows)]
-                    if first:
+
+                    def from_bias() -> list:
                         init = []
                         for r in range(rows):
                             chan = b.add(b.mul(g, ir.Constant(I64, geo.Mg)), vx.off(m0, r), name="chan")
                             bias_v = vx.load_splat(vx.gep(bias_p, chan), name="bias")
-                            if has_residual:
-                                init.append([vx.fadd(bias_v, vx.load(vx.gep(res_img, vx.off(orow[r], v * vw)),
-                                                                     lane_masks[v], name="res"))
-                                             for v in range(nvec)])
-                            else:
-                                init.append([bias_v] * nvec)
-                    else:  # partial sums of earlier chunks live in out
-                        init = [[vx.load(vx.gep(out_img, vx.off(orow[r], v * vw)), lane_masks[v], name="part")
-                                 for v in range(nvec)] for r in range(rows)]
+                            for v in range(nvec):
+                                if has_residual:
+                                    rp = vx.gep(res_img, vx.off(orow[r], v * vw))
+                                    init.append(vx.fadd(bias_v, vx.load(rp, lane_masks[v], name="res")))
+                                else:
+                                    init.append(bias_v)
+                        return init
+
+                    def from_out() -> list:  # partial sums of earlier chunks live in out
+                        return [vx.load(vx.gep(out_img, vx.off(orow[r], v * vw)), lane_masks[v], name="part")
+                                for r in range(rows) for v in range(nvec)]
+
+                    flat = _choose(vx, first, from_bias, from_out)
+                    init = [flat[r * nvec:(r + 1) * nvec] for r in range(rows)]
                     acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=wtile, a_rs=1, a_ks=mr, b_ptr=bptr,
                                     b_ks=b_ks, b_masks=b_masks, init=init, name="conv")
-                    for r in range(rows):
-                        for v in range(nvec):
-                            val = vx.activation(acc[r][v], activation, params) if last else acc[r][v]
-                            vx.store(val, vx.gep(out_img, vx.off(orow[r], v * vw)), lane_masks[v])
+
+                    def store(final: bool) -> None:
+                        for r in range(rows):
+                            for v in range(nvec):
+                                val = vx.activation(acc[r][v], activation, params) if final else acc[r][v]
+                                vx.store(val, vx.gep(out_img, vx.off(orow[r], v * vw)), lane_masks[v])
+
+                    _when(vx, last, lambda: store(True), lambda: store(False))
 
                 block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=tile)
 
@@ -283,15 +342,7 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
 
         panel_walk(vx, lo=lo, hi=hi, mblocks=mblocks, body=do_panel)
 
-    if chunks == 1:
-        chunk(ir.Constant(I64, 0), geo.Cg, True, True)
-    else:
-        chunk(ir.Constant(I64, 0), cc, True, False)
-        if chunks > 2:
-            lp = Loop(vx, "chunk", 1, chunks - 1)
-            chunk(b.mul(lp.i, ir.Constant(I64, cc), name="c0"), cc, False, False)
-            lp.close()
-        chunk(ir.Constant(I64, (chunks - 1) * cc), geo.Cg - (chunks - 1) * cc, False, True)
+    _chunk_loop(vx, geo.Cg, cc, chunk)
     b.ret_void()
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_bytes)
 
@@ -351,8 +402,8 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
         cbuf = vx.gep(base, pbuf_floats, name="partials")
     lo, hi = thread_range(vx, tid, nthreads, units)
 
-    def chunk(c0, ncc: int, first: bool, last: bool) -> None:
-        kc = ncc * geo.KHKW
+    def chunk(c0, ncc, first, last) -> None:
+        kc = ncc * geo.KHKW if isinstance(ncc, int) else b.mul(ncc, ir.Constant(I64, geo.KHKW), name="kc")
 
         def do_panel(panel, mp_lo, mp_hi) -> None:
             pb = b.urem(panel, ir.Constant(I64, pblocks), name="pb")
@@ -381,15 +432,21 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                     if chunks > 1:
                         u = b.add(b.mul(panel, ir.Constant(I64, mpanels)), mp, name="u")
                         cb = vx.gep(cbuf, vx.off((b.sub(u, lo), pr * nr)), name="cb")
-                    init = None if first else [[vx.load(vx.gep(cb, r * nr + v * vw), name="part")
-                                                for v in range(nvec)] for r in range(rows)]
+                    flat = _choose(vx, first, lambda: [vx.zero] * (rows * nvec),
+                                   lambda: [vx.load(vx.gep(cb, r * nr + v * vw), name="part")
+                                            for r in range(rows) for v in range(nvec)])
+                    init = [flat[r * nvec:(r + 1) * nvec] for r in range(rows)]
                     acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=aptr, a_rs=1, a_ks=a_ks, b_ptr=wtile,
                                     b_ks=nr, init=init, name="convc")
-                    if not last:
+
+                    def keep_partials() -> None:
                         for r in range(rows):
                             for v in range(nvec):
                                 vx.store(acc[r][v], vx.gep(cb, r * nr + v * vw))
-                        return
+
+                    _when(vx, last, lambda: finish(mp, masks, acc, nvec, rows), keep_partials)
+
+                def finish(mp, masks, acc, nvec: int, rows: int) -> None:
                     m0 = b.mul(mp, ir.Constant(I64, nr), name="m0")
                     brow = vx.gep(bias_p, vx.off((g, mpanels * nr), m0), name="brow")
                     m0v = vx.splat(b.trunc(m0, I32))
@@ -423,15 +480,7 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
 
         panel_walk(vx, lo=lo, hi=hi, mblocks=mpanels, body=do_panel)
 
-    if chunks == 1:
-        chunk(ir.Constant(I64, 0), geo.Cg, True, True)
-    else:
-        chunk(ir.Constant(I64, 0), cc, True, False)
-        if chunks > 2:
-            lp = Loop(vx, "chunk", 1, chunks - 1)
-            chunk(b.mul(lp.i, ir.Constant(I64, cc), name="c0"), cc, False, False)
-            lp.close()
-        chunk(ir.Constant(I64, (chunks - 1) * cc), geo.Cg - (chunks - 1) * cc, False, True)
+    _chunk_loop(vx, geo.Cg, cc, chunk)
     b.ret_void()
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_bytes)
 
