@@ -15,8 +15,9 @@ def _interpreter() -> Backend:
 
 
 def _cpu() -> Backend:
-    raise UnsupportedAttribute("the CPU backend has not landed yet; use backend='interpreter'",
-                               expected="interpreter", found="cpu")
+    from glowpy.backends.cpu import CpuBackend
+
+    return CpuBackend()
 
 
 # Factories, so importing glowpy does not pull in llvmlite until the CPU backend is asked for.

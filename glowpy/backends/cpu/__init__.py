@@ -1,0 +1,259 @@
+"""The CPU backend: the graph becomes one LLVM module (llvmlite), optimized for the host CPU and
+JIT-loaded; a run is one native call (ctypes, which releases the GIL) over a read-only weights block,
+a planned activation arena and the caller's input/output arrays.
+
+    lowering.py  fusion and one kernel step per fused group     kernels/  the kernel generators
+    memory.py    liveness-based arena placement                 codegen.py binding + the entry + threads
+    target.py    host target machine and the O3 pipeline        cache.py   object-code cache on disk
+
+Compile options: `threads` (default $GLOWPY_NUM_THREADS, else the machine's CPU count), `cache`
+(default True: reuse and store object code in the on-disk cache), `fast_kernels` (default True:
+use the tiled float32 Conv / Gemm generators when present; False forces the plain kernels).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from glowpy.backends.base import Backend, Executable
+from glowpy.backends.cpu import codegen
+from glowpy.backends.cpu.cache import ObjectCache, cache_key
+from glowpy.backends.cpu.irutil import supported_dtype
+from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, HEAVY_OPS, Lowering
+from glowpy.backends.cpu.target import HostTarget, compile_object, host_target, new_machine
+from glowpy.errors import (
+    InternalError,
+    InvalidDatatype,
+    InvalidShape,
+    MismatchingDatatype,
+    MismatchingShape,
+    UnsupportedAttribute,
+    UnsupportedDatatype,
+    UnsupportedOperator,
+)
+from glowpy.ir.graph import Graph, Node
+from glowpy.ir.ops import OPS
+
+OPTIONS = ("threads", "cache", "fast_kernels")
+MAX_THREADS = 256
+_ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _ops_with_kernels() -> frozenset[str]:
+    ops = set(ELEMENTWISE_OPS) | set(HEAVY_OPS) | set(ALIAS_OPS)
+    ops |= {name[len("_lower_"):] for name in dir(Lowering) if name.startswith("_lower_") and name[7:8].isupper()}
+    return frozenset(op for op in ops if op in OPS)
+
+
+SUPPORTED_OPS = _ops_with_kernels()
+
+
+def resolve_threads(threads: Any = None) -> int:
+    """threads=N, else $GLOWPY_NUM_THREADS, else os.cpu_count()."""
+    source = "threads"
+    if threads is None:
+        env = os.environ.get("GLOWPY_NUM_THREADS")
+        if env:
+            threads, source = env, "GLOWPY_NUM_THREADS"
+        else:
+            return max(1, min(os.cpu_count() or 1, MAX_THREADS))
+    try:
+        n = int(threads)
+        if isinstance(threads, float) and n != threads:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise UnsupportedAttribute(f"{source} must be a positive integer", expected="1..256", found=threads) from None
+    if not 1 <= n <= MAX_THREADS:
+        raise UnsupportedAttribute(f"{source} must be between 1 and {MAX_THREADS}", expected="1..256", found=n)
+    return n
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int = 64) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(n + align, dtype=np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + n].view(dtype).reshape(shape)
+
+
+def _aligned_zeros(nbytes: int, align: int = 64) -> np.ndarray:
+    raw = np.zeros(max(nbytes, 1) + align, dtype=np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + max(nbytes, 1)]
+
+
+def load_object(obj: bytes, target: HostTarget) -> llvm.ExecutionEngine:
+    """An MCJIT engine holding the object code (symbols of libc / libm / pthreads resolve in-process)."""
+    empty = llvm.parse_assembly("")
+    empty.triple = target.triple
+    engine = llvm.create_mcjit_compiler(empty, new_machine(target))
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    return engine
+
+
+class CpuExecutable(Executable):
+    """A compiled graph: the native entry, its weights block and its arena."""
+
+    def __init__(self, graph: Graph, program: codegen.Program, engine: llvm.ExecutionEngine, *,
+                 cached: bool, compile_seconds: float = 0.0) -> None:
+        self.cached = cached
+        self.arena_size = program.arena_size
+        self.weights_size = program.weights_size
+        self.nthreads = program.nthreads if program.threaded else 1
+        self.compile_seconds = compile_seconds
+        self.steps = len([s for s in program.steps if s.fn is not None])
+        self.fast_kernels = list(program.fast_kernels)
+        self._engine = engine
+        address = engine.get_function_address(codegen.ENTRY)
+        if not address:
+            raise InternalError("the compiled object has no entry function", expected=codegen.ENTRY)
+        self._entry = _ENTRY_TYPE(address)
+        self._weights = _aligned_zeros(program.weights_size)
+        for offset, arr in program.weights:
+            flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+            self._weights[offset:offset + flat.size] = flat
+        self._weights.flags.writeable = False
+        self._arena = _aligned_zeros(program.arena_size)
+        self._in_types = [(v.dtype, v.shape) for v in graph.inputs]
+        self._out_types = [(v.dtype, v.shape) for v in graph.outputs]
+        self._in_ptrs = (ctypes.c_void_p * max(1, len(self._in_types)))()
+        self._out_ptrs = (ctypes.c_void_p * max(1, len(self._out_types)))()
+        self._lock = threading.Lock()  # one arena: runs of one executable take turns
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != len(self._in_types):
+            raise InternalError("wrong number of inputs", expected=len(self._in_types), found=len(inputs))
+        keep = []
+        for i, (a, (dtype, shape)) in enumerate(zip(inputs, self._in_types)):
+            # The last line of defence before native code: wrong sizes must never reach a kernel.
+            if not isinstance(a, np.ndarray):
+                raise InvalidDatatype(f"input {i} is not an ndarray", found=type(a).__name__)
+            if a.dtype != dtype:
+                raise MismatchingDatatype(f"input {i} has the wrong element type", expected=str(dtype),
+                                          found=str(a.dtype))
+            if a.shape != shape:
+                # Same elements in another shape (np.ascontiguousarray makes 0-d feeds 1-d) is harmless;
+                # a different element count would make kernels read outside the buffer.
+                if a.size != int(np.prod(shape, dtype=np.int64)) or 0 in a.shape:
+                    raise (InvalidShape if 0 in a.shape else MismatchingShape)(
+                        f"input {i} has the wrong shape", expected=list(shape), found=list(a.shape))
+                a = a.reshape(shape)
+            if not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a)
+            keep.append(a)
+        outs = [_aligned_empty(shape, dtype) for dtype, shape in self._out_types]
+        with self._lock:
+            for i, a in enumerate(keep):
+                self._in_ptrs[i] = a.ctypes.data
+            for j, o in enumerate(outs):
+                self._out_ptrs[j] = o.ctypes.data
+            self._entry(self._weights.ctypes.data, self._arena.ctypes.data,
+                        ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs))
+        return outs
+
+
+class CpuBackend(Backend):
+    """llvmlite JIT for the host CPU."""
+
+    name = "cpu"
+
+    def __init__(self) -> None:
+        self.target = host_target()
+
+    # --- what runs here -----------------------------------------------------------------------
+
+    def _dtype_ok(self, dtype: np.dtype) -> bool:
+        if not supported_dtype(dtype):
+            return False
+        # half <-> float conversions need F16C (otherwise LLVM calls compiler-rt helpers we cannot rely on)
+        return np.dtype(dtype) != np.float16 or self.target.has("f16c") or not self.target.triple.startswith("x86")
+
+    def is_op_supported(self, node: Node) -> bool:
+        if node.op not in SUPPORTED_OPS:
+            return False
+        return all(self._dtype_ok(v.dtype) for v in (*node.inputs, *node.outputs))
+
+    def check(self, graph: Graph) -> None:
+        for node in graph.nodes:
+            if node.op not in SUPPORTED_OPS:
+                raise UnsupportedOperator("the CPU backend has no kernel for this op", node=node.name, op=node.op)
+            for v in (*node.inputs, *node.outputs):
+                if not self._dtype_ok(v.dtype):
+                    raise UnsupportedDatatype("the CPU backend cannot generate code for this element type",
+                                              node=node.name, op=node.op, expected="a supported dtype",
+                                              found=str(v.dtype))
+        for v in (*graph.inputs, *graph.outputs):
+            if not self._dtype_ok(v.dtype):
+                raise UnsupportedDatatype(f"graph value '{v.name}' has an element type the CPU backend cannot handle",
+                                          found=str(v.dtype))
+
+    # --- compiling ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _options(options: dict[str, Any]) -> tuple[int, bool, bool]:
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise UnsupportedAttribute(f"unknown compile option(s) {unknown} for the cpu backend",
+                                       expected=list(OPTIONS), found=unknown)
+        return (resolve_threads(options.get("threads")), bool(options.get("cache", True)),
+                bool(options.get("fast_kernels", True)))
+
+    def build(self, graph: Graph, **options: Any) -> codegen.Program:
+        nthreads, _, fast = self._options(options)
+        self.check(graph)
+        return codegen.build(graph, self.target, nthreads=nthreads, fast_kernels=fast)
+
+    def emit_llvm(self, graph: Graph, **options: Any) -> str:
+        """The generated LLVM IR (before optimization), readable: named kernels, values and blocks."""
+        return self.build(graph, **options).ir_text
+
+    def emit_assembly(self, graph: Graph, **options: Any) -> str:
+        from glowpy.backends.cpu.target import assembly
+
+        return assembly(self.emit_llvm(graph, **options), self.target)
+
+    def compile(self, graph: Graph, **options: Any) -> CpuExecutable:
+        start = time.perf_counter()
+        _, use_cache, _ = self._options(options)
+        program = self.build(graph, **options)
+        text = program.ir_text
+        key = cache_key(text, self.target.fingerprint())
+        store = ObjectCache() if use_cache else None
+        obj = store.get(key) if store is not None else None
+        cached = obj is not None
+        engine = None
+        if obj is not None:
+            try:
+                engine = load_object(obj, self.target)
+            except Exception:  # noqa: BLE001  (an entry LLVM cannot load is rebuilt, never fatal)
+                engine, cached = None, False
+        if engine is None:
+            obj = self._compile_object(graph, text, len(program.steps))
+            if store is not None:
+                store.put(key, obj)
+            engine = load_object(obj, self.target)
+        return CpuExecutable(graph, program, engine, cached=cached, compile_seconds=time.perf_counter() - start)
+
+    def _compile_object(self, graph: Graph, text: str, nsteps: int) -> bytes:
+        show = nsteps >= 40 and sys.stderr.isatty()
+        if show:
+            print(f"glowpy: compiling {graph.name} ({nsteps} kernels) with LLVM for {self.target.cpu}...",
+                  end="", file=sys.stderr, flush=True)
+        t = time.perf_counter()
+        obj = compile_object(text, self.target)
+        if show:
+            print(f" {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+        return obj
+
+
+__all__ = ["CpuBackend", "CpuExecutable", "SUPPORTED_OPS", "resolve_threads"]

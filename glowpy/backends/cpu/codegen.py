@@ -1,0 +1,426 @@
+"""IR graph -> one LLVM module with a single native entry per graph:
+
+    void glowpy_run(i8* weights, i8* arena, i8** inputs, i8** outputs)
+
+It runs every kernel step in order. Buffers are bound here: graph inputs and outputs by the
+caller's pointers (outputs are written in place, no copies), constants at offsets in the read-only
+weights block (with the kernels' packed arrays), activations at offsets in the arena from the
+liveness plan (memory.py); Reshape-like steps alias their source, and elementwise steps write over
+an operand that dies there.
+
+Threads: with N > 1 threads and at least one kernel worth splitting, the entry starts N-1 pthreads,
+and every thread runs `glowpy.worker(shared, tid)`: parallel kernels get (tid, nthreads), serial
+ones run on thread 0, and a barrier (atomic counter + generation, spinning with `pause` then
+`sched_yield`) separates a step from the previous one whenever threads could see each other's
+writes. A thread that fails to start is simply not counted: work is split over the threads that
+did start.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from llvmlite import ir
+
+from glowpy.backends.cpu import irutil as U
+from glowpy.backends.cpu.lowering import Arg, Lowering, Step, copy_function
+from glowpy.backends.cpu.memory import Interval, Plan, align_up, plan_arena
+from glowpy.backends.cpu.target import HostTarget
+from glowpy.errors import InternalError
+from glowpy.ir.graph import Graph, Value
+
+ENTRY = "glowpy_run"
+SPIN_BEFORE_YIELD = 2000
+
+
+@dataclass(eq=False)
+class Storage:
+    """A region of memory shared by one or more values (an alias class)."""
+
+    kind: str  # input | output | const | arena
+    nbytes: int
+    index: int = -1  # input / output position
+    offset: int = 0  # in the weights block or the arena
+    first: int = 1 << 60
+    last: int = -1
+    values: list[Value] = field(default_factory=list)
+
+    @property
+    def fixed(self) -> bool:
+        return self.kind != "arena"
+
+
+@dataclass
+class Program:
+    """Everything the executable needs besides the compiled code."""
+
+    module: ir.Module
+    steps: list[Step]
+    weights: list[tuple[int, np.ndarray]]  # (offset, array) to copy into the weights block
+    weights_size: int
+    arena_size: int
+    nthreads: int
+    threaded: bool
+    plan: Plan
+    intervals: list[Interval]
+    storage: dict[int, Storage]  # id(value) -> storage
+    fast_kernels: list[str]
+
+    @property
+    def ir_text(self) -> str:
+        return str(self.module)
+
+
+class Binder:
+    """Alias classes, graph input/output binding, in-place reuse, live ranges, arena offsets."""
+
+    def __init__(self, graph: Graph, steps: list[Step], module: ir.Module) -> None:
+        self.graph = graph
+        self.steps = steps
+        self.module = module
+        self.of: dict[int, Storage] = {}
+
+    def storage(self, v: Value) -> Storage:
+        st = self.of.get(id(v))
+        if st is None:
+            kind = "const" if v.is_constant else "arena"
+            st = Storage(kind, v.type.nbytes, values=[v])
+            self.of[id(v)] = st
+        return st
+
+    def merge(self, keep: Storage, gone: Storage) -> Storage:
+        if keep is gone:
+            return keep
+        if keep.fixed and gone.fixed:
+            raise InternalError("merging two bound buffers")
+        if gone.fixed:
+            keep, gone = gone, keep
+        keep.nbytes = max(keep.nbytes, gone.nbytes)
+        keep.first, keep.last = min(keep.first, gone.first), max(keep.last, gone.last)
+        for v in gone.values:
+            self.of[id(v)] = keep
+            keep.values.append(v)
+        return keep
+
+    def bind(self) -> list[Step]:
+        g = self.graph
+        for i, v in enumerate(g.inputs):
+            self.of[id(v)] = Storage("input", v.type.nbytes, index=i, values=[v])
+        final_copies: list[Step] = []
+        for j, v in enumerate(g.outputs):
+            st = self.storage(v)
+            if st.kind == "arena":
+                st.kind, st.index = "output", j
+            else:  # an input, a constant or an output listed twice: copy at the end
+                fn = copy_function(self.module, f"copy.output{j}", v)
+                final_copies.append(Step(fn.name, fn, [Arg("output", index=j), Arg("value", v)], [], [],
+                                         work=v.type.size, position=len(g.nodes)))
+        steps = []
+        for s in self.steps:
+            if s.alias is not None:
+                out, src = s.alias
+                so, ss = self.storage(out), self.storage(src)
+                if not (so.fixed and ss.fixed) and out.type.nbytes == src.type.nbytes:
+                    self.merge(ss, so)
+                    steps.append(s)
+                    continue
+                fn = copy_function(self.module, s.name + ".copy", out)
+                s = Step(fn.name, fn, [Arg("value", out), Arg("value", src)], [out], s.nodes,
+                         work=out.type.size, position=s.position)
+            steps.append(s)
+        steps += final_copies
+        for k, s in enumerate(steps):
+            s.parallel = s.parallel and s.fn is not None
+            for v in s.writes:
+                st = self.storage(v)
+                st.first = min(st.first, k)
+                st.last = max(st.last, k)
+            for v in s.reads:
+                st = self.storage(v)
+                st.last = max(st.last, k)
+        for k, s in enumerate(steps):
+            for out, src in s.inplace:
+                so, ss = self.storage(out), self.storage(src)
+                if (so is not ss and so.kind == "arena" and ss.kind == "arena" and ss.last == k
+                        and so.first == k and ss.nbytes >= so.nbytes):
+                    self.merge(ss, so)
+        return steps
+
+
+def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: bool = True) -> Program:
+    """Lower, bind, plan memory and emit the entry: an unoptimized LLVM module plus its data."""
+    module = ir.Module(name=f"glowpy.{graph.name}")
+    module.triple = target.triple
+    module.data_layout = target.data_layout
+    low = Lowering(graph, module, nthreads=nthreads, vector_width=target.vector_width, fast_kernels=fast_kernels)
+    steps = low.run()
+    binder = Binder(graph, steps, module)
+    steps = binder.bind()
+
+    # Arena: one interval per arena storage, plus each step's scratch (live only during that step).
+    threaded = nthreads > 1 and any(s.parallel for s in steps)
+    if not threaded:
+        for s in steps:
+            s.parallel = False
+    intervals: list[Interval] = []
+    seen: set[int] = set()
+    for st in binder.of.values():
+        if st.kind == "arena" and id(st) not in seen:
+            seen.add(id(st))
+            intervals.append(Interval(("buf", id(st)), st.nbytes, st.first, max(st.last, st.first)))
+    scratch_key: dict[int, tuple] = {}
+    for k, s in enumerate(steps):
+        if s.scratch and any(a.kind == "scratch" for a in s.args):
+            key = ("scratch", k)
+            scratch_key[k] = key
+            intervals.append(Interval(key, align_up(s.scratch) * (nthreads if s.parallel else 1), k, k))
+    plan = plan_arena(intervals)
+    for st in binder.of.values():
+        if st.kind == "arena":
+            st.offset = plan.offsets[("buf", id(st))]
+
+    # Weights block: constants the steps read, then the kernels' compile-time arrays.
+    weights: list[tuple[int, np.ndarray]] = []
+    size = 0
+    array_offset: dict[int, int] = {}
+    placed: set[int] = set()
+    for s in steps:
+        for a in s.args:
+            if a.kind == "value" and binder.storage(a.value).kind == "const":
+                st = binder.storage(a.value)
+                if id(st) not in placed:
+                    placed.add(id(st))
+                    st.offset = size
+                    weights.append((size, np.ascontiguousarray(st.values[0].data)))
+                    size = align_up(size + st.nbytes)
+            elif a.kind == "array" and a.index not in array_offset:
+                arr = low.arrays[a.index]
+                array_offset[a.index] = size
+                weights.append((size, arr))
+                size = align_up(size + arr.nbytes)
+    _emit_entry(module, target, steps, binder, plan, array_offset, scratch_key, nthreads, threaded)
+    return Program(module, steps, weights, size, plan.size, nthreads, threaded, plan, intervals, binder.of,
+                   low.used_fast)
+
+
+# --- the entry and the worker ----------------------------------------------------------------------
+
+# shared state of one run: weights, arena, inputs, outputs, nthreads, barrier count, generation, go flag
+SHARED = ir.LiteralStructType([U.I8P, U.I8P, U.I8P.as_pointer(), U.I8P.as_pointer(), U.I32, U.I32, U.I32, U.I32])
+THREAD_CTX = ir.LiteralStructType([SHARED.as_pointer(), U.I32])
+
+
+def _field(b: ir.IRBuilder, sh: ir.Value, i: int, name: str) -> ir.Value:
+    return b.gep(sh, [U.i32(0), U.i32(i)], inbounds=True, name=name)
+
+
+def _emit_barrier(module: ir.Module, target: HostTarget) -> ir.Function:
+    """void glowpy.barrier(i32* count, i32* gen, i32 n): the last thread to arrive bumps the generation."""
+    fn = ir.Function(module, ir.FunctionType(U.VOID, [U.I32.as_pointer(), U.I32.as_pointer(), U.I32]),
+                     name="glowpy.barrier")
+    fn.linkage = "internal"
+    count, gen, n = fn.args
+    count.name, gen.name, n.name = "count", "gen", "n"
+    entry = fn.append_basic_block("entry")
+    arrive = fn.append_basic_block("arrive")
+    last = fn.append_basic_block("last")
+    wait = fn.append_basic_block("wait")
+    done = fn.append_basic_block("done")
+    b = ir.IRBuilder(entry)
+    b.cbranch(b.icmp_signed("<=", n, U.i32(1)), done, arrive)
+    b.position_at_end(arrive)
+    g0 = b.load_atomic(gen, "acquire", 4, name="gen0")
+    c = b.atomic_rmw("add", count, U.i32(1), "acq_rel", name="arrived")
+    b.cbranch(b.icmp_signed("==", c, b.sub(n, U.i32(1))), last, wait)
+    b.position_at_end(last)
+    b.store_atomic(U.i32(0), count, "monotonic", 4)
+    b.atomic_rmw("add", gen, U.i32(1), "release")
+    b.branch(done)
+    b.position_at_end(wait)
+    spins = b.phi(U.I32, name="spins")
+    spins.add_incoming(U.i32(0), arrive)
+    g1 = b.load_atomic(gen, "acquire", 4, name="gen1")
+    moved = b.icmp_unsigned("!=", g1, g0)
+    relax = fn.append_basic_block("relax")
+    b.cbranch(moved, done, relax)
+    b.position_at_end(relax)
+    spin_more = b.icmp_unsigned("<", spins, U.i32(SPIN_BEFORE_YIELD))
+    pause_bb = fn.append_basic_block("pause")
+    yield_bb = fn.append_basic_block("backoff")
+    b.cbranch(spin_more, pause_bb, yield_bb)
+    b.position_at_end(pause_bb)
+    if target.triple.startswith(("x86_64", "i686", "i386")):
+        b.call(U.declare(module, "llvm.x86.sse2.pause", U.VOID, []), [])
+    spins.add_incoming(b.add(spins, U.i32(1), name="spins.next"), pause_bb)
+    b.branch(wait)
+    b.position_at_end(yield_bb)
+    b.call(U.declare(module, "sched_yield", U.I32, []), [])
+    b.branch(wait)
+    spins.add_incoming(spins, yield_bb)
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
+
+
+def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder: Binder, plan: Plan,
+                array_offset: dict[int, int], scratch_key: dict[int, tuple], nthreads: int, threaded: bool) -> None:
+    barrier = _emit_barrier(module, target)
+    worker = ir.Function(module, ir.FunctionType(U.VOID, [SHARED.as_pointer(), U.I32]), name="glowpy.worker")
+    worker.linkage = "internal"
+    sh, tid = worker.args
+    sh.name, tid.name = "shared", "tid"
+    b = ir.IRBuilder(worker.append_basic_block("entry"))
+    weights = b.load(_field(b, sh, 0, "weights.addr"), name="weights")
+    arena = b.load(_field(b, sh, 1, "arena.addr"), name="arena")
+    inputs = b.load(_field(b, sh, 2, "inputs.addr"), name="inputs")
+    outputs = b.load(_field(b, sh, 3, "outputs.addr"), name="outputs")
+    nt = b.load(_field(b, sh, 4, "nthreads.addr"), name="nthreads")
+    count = _field(b, sh, 5, "barrier.count")
+    gen = _field(b, sh, 6, "barrier.gen")
+    is_main = b.icmp_signed("==", tid, U.i32(0), name="is_main")
+    ptr_cache: dict[tuple, ir.Value] = {}
+
+    def io_ptr(base: ir.Value, index: int, name: str) -> ir.Value:
+        key = (name, index)
+        if key not in ptr_cache:
+            ptr_cache[key] = b.load(b.gep(base, [U.i64(index)], inbounds=True), name=f"{name}{index}")
+        return ptr_cache[key]
+
+    def pointer(a: Arg, k: int, step: Step) -> ir.Value:
+        if a.kind == "null":
+            return ir.Constant(U.I8P, None)
+        if a.kind == "output":
+            return io_ptr(outputs, a.index, "output")
+        if a.kind == "array":
+            return b.gep(weights, [U.i64(array_offset[a.index])], inbounds=True)
+        if a.kind == "scratch":
+            if k not in scratch_key:  # the kernel asked for no scratch
+                return ir.Constant(U.I8P, None)
+            off = b.gep(arena, [U.i64(plan.offsets[scratch_key[k]])], inbounds=True)
+            if step.parallel:
+                off = b.gep(off, [b.mul(b.sext(tid, U.I64), U.i64(align_up(step.scratch)))], inbounds=True)
+            return off
+        st = binder.storage(a.value)
+        if st.kind == "input":
+            return io_ptr(inputs, st.index, "input")
+        if st.kind == "output":
+            return io_ptr(outputs, st.index, "output")
+        if st.kind == "const":
+            return b.gep(weights, [U.i64(st.offset)], inbounds=True)
+        return b.gep(arena, [U.i64(st.offset)], inbounds=True)
+
+    # Inputs and outputs are loaded once, up front.
+    for v in binder.graph.inputs:
+        io_ptr(inputs, binder.storage(v).index, "input")
+    for j in range(len(binder.graph.outputs)):
+        io_ptr(outputs, j, "output")
+
+    unsynced_parallel = False  # since the last barrier, did any thread other than 0 run a step?
+    serial_since = False  # since the last barrier, did thread 0 run a serial step?
+    for k, s in enumerate(steps):
+        if s.fn is None:
+            continue
+        if threaded and (unsynced_parallel or (s.parallel and serial_since)):
+            b.call(barrier, [count, gen, nt])
+            unsynced_parallel = serial_since = False
+        params = s.fn.function_type.args
+        ptr_args = [pointer(a, k, s) for a in s.args]
+        if len(ptr_args) + 2 != len(params):
+            raise InternalError(f"step {s.name}: argument count differs from its kernel", expected=len(params),
+                                found=len(ptr_args) + 2)
+        call_args = [b.bitcast(p, t) if p.type != t else p for p, t in zip(ptr_args, params)]
+        if s.parallel:
+            b.call(s.fn, call_args + [tid, nt])
+            unsynced_parallel = True
+        else:
+            with U.if_then(b, is_main, f"step{k}"):
+                b.call(s.fn, call_args + [U.i32(0), U.i32(1)])
+            serial_since = True
+    b.ret_void()
+
+    # Thread entry: wait for the go flag (set once every thread that could start did), then work.
+    tmain = ir.Function(module, ir.FunctionType(U.I8P, [U.I8P]), name="glowpy.thread")
+    tmain.linkage = "internal"
+    tb = ir.IRBuilder(tmain.append_basic_block("entry"))
+    ctx = tb.bitcast(tmain.args[0], THREAD_CTX.as_pointer(), name="ctx")
+    shp = tb.load(tb.gep(ctx, [U.i32(0), U.i32(0)], inbounds=True), name="shared")
+    ttid = tb.load(tb.gep(ctx, [U.i32(0), U.i32(1)], inbounds=True), name="tid")
+    go = _field(tb, shp, 7, "go.addr")
+    wait = tmain.append_basic_block("wait")
+    run = tmain.append_basic_block("run")
+    tb.branch(wait)
+    tb.position_at_end(wait)
+    flag = tb.load_atomic(go, "acquire", 4, name="go")
+    relax = tmain.append_basic_block("relax")
+    tb.cbranch(tb.icmp_unsigned("!=", flag, U.i32(0)), run, relax)
+    tb.position_at_end(relax)
+    tb.call(U.declare(module, "sched_yield", U.I32, []), [])
+    tb.branch(wait)
+    tb.position_at_end(run)
+    tb.call(worker, [shp, ttid])
+    tb.ret(ir.Constant(U.I8P, None))
+
+    # The entry.
+    i8pp = U.I8P.as_pointer()
+    entry = ir.Function(module, ir.FunctionType(U.VOID, [U.I8P, U.I8P, i8pp, i8pp]), name=ENTRY)
+    for arg, name in zip(entry.args, ("weights", "arena", "inputs", "outputs")):
+        arg.name = name
+    eb = ir.IRBuilder(entry.append_basic_block("entry"))
+    shared = eb.alloca(SHARED, name="shared")
+    for i, a in enumerate(entry.args):
+        eb.store(a, _field(eb, shared, i, f"{a.name}.slot"))
+    for i in (5, 6, 7):
+        eb.store(U.i32(0), _field(eb, shared, i, "zero"))
+    nt_slot = _field(eb, shared, 4, "nthreads.slot")
+    eb.store(U.i32(1), nt_slot)
+    if not threaded:
+        eb.call(worker, [shared, U.i32(0)])
+        eb.ret_void()
+        return
+    extra = nthreads - 1
+    handles = eb.alloca(ir.ArrayType(U.I64, extra), name="threads")
+    ctxs = eb.alloca(ir.ArrayType(THREAD_CTX, extra), name="contexts")
+    started = eb.alloca(U.I32, name="started.slot")
+    eb.store(U.i32(0), started)
+    pcreate = U.declare(module, "pthread_create", U.I32, [U.I64.as_pointer(), U.I8P, U.I8P, U.I8P])
+    pjoin = U.declare(module, "pthread_join", U.I32, [U.I64, U.I8P.as_pointer()])
+    after = entry.append_basic_block("spawned")
+    for t in range(extra):
+        c = eb.gep(ctxs, [U.i32(0), U.i32(t)], inbounds=True, name=f"ctx{t + 1}")
+        eb.store(shared, eb.gep(c, [U.i32(0), U.i32(0)], inbounds=True))
+        eb.store(U.i32(t + 1), eb.gep(c, [U.i32(0), U.i32(1)], inbounds=True))
+        h = eb.gep(handles, [U.i32(0), U.i32(t)], inbounds=True, name=f"handle{t + 1}")
+        rc = eb.call(pcreate, [h, ir.Constant(U.I8P, None), eb.bitcast(tmain, U.I8P), eb.bitcast(c, U.I8P)],
+                     name=f"rc{t + 1}")
+        ok = entry.append_basic_block(f"started{t + 1}")
+        eb.cbranch(eb.icmp_signed("==", rc, U.i32(0)), ok, after)
+        eb.position_at_end(ok)
+        eb.store(U.i32(t + 1), started)
+    eb.branch(after)
+    eb.position_at_end(after)
+    n_started = eb.load(started, name="started")
+    eb.store(eb.add(n_started, U.i32(1)), nt_slot)
+    eb.store_atomic(U.i32(1), _field(eb, shared, 7, "go.slot"), "release", 4)
+    eb.call(worker, [shared, U.i32(0)])
+    for t in range(extra):
+        joined = entry.append_basic_block(f"join{t + 1}")
+        nxt = entry.append_basic_block(f"joined{t + 1}")
+        eb.cbranch(eb.icmp_signed(">", n_started, U.i32(t)), joined, nxt)
+        eb.position_at_end(joined)
+        h = eb.load(eb.gep(handles, [U.i32(0), U.i32(t)], inbounds=True))
+        eb.call(pjoin, [h, ir.Constant(U.I8P.as_pointer(), None)])
+        eb.branch(nxt)
+        eb.position_at_end(nxt)
+    eb.ret_void()
+
+
+def arena_report(program: Program) -> dict[str, int]:
+    """Arena size against the bytes live at the busiest step (for tests and `glowpy run`)."""
+    return {"arena": program.arena_size, "peak_live": program.plan.peak_live,
+            "weights": program.weights_size, "steps": len(program.steps)}
+
+
+def total_work(program: Program) -> float:
+    return math.fsum(s.work for s in program.steps)

@@ -1,0 +1,441 @@
+"""Fused elementwise kernels: a tree of elementwise ops evaluated per element in one loop nest.
+
+The loop runs over the output shape. Every operand is read through its broadcast strides (0 along
+broadcast dims); adjacent dims that are contiguous for every operand are merged, so a same-shape
+chain becomes one flat loop that LLVM vectorizes, and a bias broadcast becomes an outer loop over
+channels with a stride-0 inner operand. Threads split the outermost merged dim.
+
+`scalar_op` holds the per-element semantics of every elementwise IR op (and the BatchNormalization
+affine), matching the numpy reference in glowpy.ir.ops: NaN propagates through Max/Min/Relu/Clip,
+integer Div truncates toward zero (and a zero divisor gives 0 instead of a trap), float16 rounds
+after every op.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+
+from glowpy.backends.cpu import irutil as U
+from glowpy.errors import UnsupportedDatatype, UnsupportedOperator
+
+# Ops `scalar_op` implements (IR op names plus the pseudo op "Affine": x * scale + shift).
+SCALAR_OPS = frozenset({
+    "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Neg", "Abs", "Reciprocal", "Softplus", "Gelu",
+    "LeakyRelu", "HardSigmoid", "Clip", "Identity", "Dropout", "Cast", "Add", "Sub", "Mul", "Div", "Pow",
+    "Max", "Min", "Equal", "Greater", "Less", "Where", "BatchNormalization", "Affine",
+})
+
+
+# --- per-element semantics -----------------------------------------------------------------------
+
+
+def _cast(b: ir.IRBuilder, v: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Value:
+    src, dst = np.dtype(src), np.dtype(dst)
+    if src == dst:
+        return v
+    st, dt = U.compute_type(src), U.compute_type(dst)
+    if dst.kind == "b":
+        if src.kind == "f":
+            return b.fcmp_unordered("!=", v, ir.Constant(st, 0.0))  # NaN is truthy, as in numpy
+        return b.icmp_unsigned("!=", v, ir.Constant(st, 0))
+    if src.kind == "b":
+        return b.uitofp(v, dt) if dst.kind == "f" else b.zext(v, dt)
+    if src.kind == "f" and dst.kind == "f":
+        if dst == np.float16:
+            # Round once, straight from the source precision (f64 -> f16 is not f64 -> f32 -> f16).
+            h = b.fptrunc(v, U.F16)
+            return b.fpext(h, U.F32)
+        if st == dt:
+            return v
+        return b.fpext(v, dt) if st == U.F32 else b.fptrunc(v, dt)
+    if src.kind == "f":
+        if dst.kind == "u" and dst.itemsize < 8:
+            # numpy goes through a signed conversion: -1.0 -> 255 for uint8.
+            return b.trunc(b.fptosi(v, U.I64), dt)
+        return b.fptoui(v, dt) if dst.kind == "u" else b.fptosi(v, dt)
+    if dst.kind == "f":
+        r = b.uitofp(v, dt) if src.kind == "u" else b.sitofp(v, dt)
+        return U.round_half(b, r, dst)
+    # int -> int
+    if dt.width < st.width:
+        return b.trunc(v, dt)
+    if dt.width > st.width:
+        return b.zext(v, dt) if src.kind == "u" else b.sext(v, dt)
+    return v
+
+
+def _fmax(b: ir.IRBuilder, x: ir.Value, y: ir.Value, dtype: np.dtype) -> ir.Value:
+    if U.is_float(dtype):
+        return U.fmax_nan(b, x, y)
+    cmp = b.icmp_signed if U.is_signed(dtype) else b.icmp_unsigned
+    return b.select(cmp(">", x, y), x, y)
+
+
+def _fmin(b: ir.IRBuilder, x: ir.Value, y: ir.Value, dtype: np.dtype) -> ir.Value:
+    if U.is_float(dtype):
+        return U.fmin_nan(b, x, y)
+    cmp = b.icmp_signed if U.is_signed(dtype) else b.icmp_unsigned
+    return b.select(cmp("<", x, y), x, y)
+
+
+def _int_div(b: ir.IRBuilder, x: ir.Value, y: ir.Value, dtype: np.dtype) -> ir.Value:
+    t = x.type
+    zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+    is_zero = b.icmp_unsigned("==", y, zero)
+    if U.is_signed(dtype):
+        # x / -1 is a negation (INT_MIN / -1 would trap), x / 0 gives 0 (numpy warns, we must not trap).
+        minus1 = ir.Constant(t, (1 << t.width) - 1)
+        is_m1 = b.icmp_unsigned("==", y, minus1)
+        safe = b.select(b.or_(is_zero, is_m1), one, y)
+        q = b.sdiv(x, safe)
+        q = b.select(is_m1, b.sub(zero, x), q)
+    else:
+        q = b.udiv(x, b.select(is_zero, one, y))
+    return b.select(is_zero, zero, q)
+
+
+def _ipow_function(module: ir.Module, dtype: np.dtype) -> ir.Function:
+    """int power by squaring (wrapping like numpy); a negative exponent gives 0 unless |base| == 1."""
+    t = U.compute_type(dtype)
+    name = f"glowpy.ipow.{np.dtype(dtype).name}"
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    fn = ir.Function(module, ir.FunctionType(t, [t, t]), name=name)
+    fn.linkage = "internal"
+    base, exp = fn.args
+    base.name, exp.name = "base", "exp"
+    entry = fn.append_basic_block("entry")
+    loop = fn.append_basic_block("loop")
+    done = fn.append_basic_block("done")
+    b = ir.IRBuilder(entry)
+    zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+    negative = b.icmp_signed("<", exp, zero) if U.is_signed(dtype) else ir.Constant(U.I1, 0)
+    start_e = b.select(negative, zero, exp)
+    b.cbranch(b.icmp_unsigned("==", start_e, zero), done, loop)
+    b.position_at_end(loop)
+    r = b.phi(t, name="r")
+    x = b.phi(t, name="x")
+    e = b.phi(t, name="e")
+    r.add_incoming(one, entry)
+    x.add_incoming(base, entry)
+    e.add_incoming(start_e, entry)
+    odd = b.icmp_unsigned("!=", b.and_(e, one), zero)
+    r2 = b.select(odd, b.mul(r, x), r)
+    x2 = b.mul(x, x)
+    e2 = b.lshr(e, one)
+    r.add_incoming(r2, loop)
+    x.add_incoming(x2, loop)
+    e.add_incoming(e2, loop)
+    b.cbranch(b.icmp_unsigned("==", e2, zero), done, loop)
+    b.position_at_end(done)
+    res = b.phi(t, name="result")
+    res.add_incoming(one, entry)
+    res.add_incoming(r2, loop)
+    if U.is_signed(dtype):
+        # base ** negative: 1 for base 1, +-1 for base -1, else 0.
+        is_one = b.icmp_signed("==", base, one)
+        is_m1 = b.icmp_signed("==", base, ir.Constant(t, (1 << t.width) - 1))
+        odd_e = b.icmp_unsigned("!=", b.and_(exp, one), zero)
+        neg_val = b.select(is_one, one, b.select(is_m1, b.select(odd_e, base, one), zero))
+        res2 = b.select(negative, neg_val, res)
+        b.ret(res2)
+    else:
+        b.ret(res)
+    return fn
+
+
+def scalar_op(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.Value],
+              in_dtypes: Sequence[np.dtype], out_dtype: np.dtype) -> ir.Value:
+    """One elementwise op on compute-type values; returns the result in the compute type of out_dtype."""
+    dt = np.dtype(in_dtypes[0]) if in_dtypes else np.dtype(out_dtype)
+    r = _scalar(b, op, attrs, args, dt, np.dtype(out_dtype), in_dtypes)
+    return U.round_half(b, r, out_dtype) if op not in ("Identity", "Dropout", "Cast") else r
+
+
+def _scalar(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.Value], dt: np.dtype,
+            out: np.dtype, in_dtypes: Sequence[np.dtype]) -> ir.Value:
+    x = args[0]
+    t = x.type
+    flt = dt.kind == "f"
+    if op in ("Identity", "Dropout"):
+        return x
+    if op == "Cast":
+        return _cast(b, x, dt, out)
+    if op == "Relu":
+        if flt:
+            return b.select(b.fcmp_ordered("<", x, U.fconst(t, 0.0)), U.fconst(t, 0.0), x)
+        if dt.kind == "u":
+            return x
+        return b.select(b.icmp_signed("<", x, ir.Constant(t, 0)), ir.Constant(t, 0), x)
+    if op == "Neg":
+        return b.fneg(x) if flt else b.sub(ir.Constant(t, 0), x)
+    if op == "Abs":
+        if flt:
+            return U.intrinsic(b, "llvm.fabs", x)
+        if dt.kind == "u":
+            return x
+        return b.select(b.icmp_signed("<", x, ir.Constant(t, 0)), b.sub(ir.Constant(t, 0), x), x)
+    if op == "Clip":
+        return _clip(b, x, attrs["min"], attrs["max"], dt)
+    if op == "Where":
+        return b.select(args[0], args[1], args[2])
+    if op in ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater", "Less"):
+        return _binary(b, op, x, args[1], dt)
+    if op == "Affine":
+        return b.fadd(b.fmul(x, args[1]), args[2])
+    if op == "BatchNormalization":
+        scale, bias, mean, var = args[1:5]
+        inv = b.fdiv(scale, U.intrinsic(b, "llvm.sqrt", b.fadd(var, U.fconst(t, attrs["epsilon"]))))
+        return b.fadd(b.fmul(b.fsub(x, mean), inv), bias)
+    if not flt:
+        raise UnsupportedDatatype("op needs a float element type", op=op, expected="float", found=str(dt))
+    one = U.fconst(t, 1.0)
+    if op == "Sigmoid":
+        return U.sigmoid(b, x)
+    if op == "Tanh":
+        return U.libm(b, "tanh", x)
+    if op == "Exp":
+        return U.intrinsic(b, "llvm.exp", x)
+    if op == "Log":
+        return U.intrinsic(b, "llvm.log", x)
+    if op == "Sqrt":
+        return U.intrinsic(b, "llvm.sqrt", x)
+    if op == "Erf":
+        return U.libm(b, "erf", x)
+    if op == "Reciprocal":
+        return b.fdiv(one, x)
+    if op == "Softplus":
+        # logaddexp(0, x) = max(x, 0) + log1p(exp(-|x|)): no overflow for large x.
+        ax = U.intrinsic(b, "llvm.fabs", x)
+        pos = b.select(b.fcmp_ordered(">", x, U.fconst(t, 0.0)), x, U.fconst(t, 0.0))
+        return b.fadd(pos, U.libm(b, "log1p", U.intrinsic(b, "llvm.exp", b.fneg(ax))))
+    if op == "Gelu":
+        half = U.fconst(t, 0.5)
+        if attrs.get("approximate", "none") == "tanh":
+            x3 = b.fmul(b.fmul(x, x), x)
+            inner = b.fmul(U.fconst(t, math.sqrt(2.0 / math.pi)), b.fadd(x, b.fmul(U.fconst(t, 0.044715), x3)))
+            return b.fmul(b.fmul(half, x), b.fadd(one, U.libm(b, "tanh", inner)))
+        e = U.libm(b, "erf", b.fmul(x, U.fconst(t, 1.0 / math.sqrt(2.0))))
+        return b.fmul(b.fmul(half, x), b.fadd(one, e))
+    if op == "LeakyRelu":
+        return b.select(b.fcmp_ordered(">=", x, U.fconst(t, 0.0)), x, b.fmul(x, U.fconst(t, attrs["alpha"])))
+    if op == "HardSigmoid":
+        y = b.fadd(b.fmul(x, U.fconst(t, attrs["alpha"])), U.fconst(t, attrs["beta"]))
+        return _clip(b, y, 0.0, 1.0, dt)
+    raise UnsupportedOperator("no elementwise code generation for op", op=op)
+
+
+def _clip(b: ir.IRBuilder, x: ir.Value, lo: float, hi: float, dt: np.dtype) -> ir.Value:
+    t = x.type
+    if dt.kind == "f":
+        y = x
+        if not (isinstance(lo, float) and math.isinf(lo) and lo < 0):
+            y = b.select(b.fcmp_ordered("<", y, U.fconst(t, lo)), U.fconst(t, lo), y)
+        if not (isinstance(hi, float) and math.isinf(hi) and hi > 0):
+            y = b.select(b.fcmp_ordered(">", y, U.fconst(t, hi)), U.fconst(t, hi), y)
+        return y
+    info = np.iinfo(dt)
+    cmp = b.icmp_signed if dt.kind == "i" else b.icmp_unsigned
+    y = x
+    # numpy clips an int array against float bounds in float, then truncates back: x < lo is
+    # x < ceil(lo) for integers, and the value put there is trunc(lo).
+    if not math.isinf(lo):
+        bound, value = math.ceil(lo), int(np.clip(math.trunc(lo), info.min, info.max))
+        if bound > info.max:
+            y = U.const(dt, value)
+        elif bound > info.min:
+            y = b.select(cmp("<", y, U.const(dt, bound)), U.const(dt, value), y)
+    if not math.isinf(hi):
+        bound, value = math.floor(hi), int(np.clip(math.trunc(hi), info.min, info.max))
+        if bound < info.min:
+            y = U.const(dt, value)
+        elif bound < info.max:
+            y = b.select(cmp(">", y, U.const(dt, bound)), U.const(dt, value), y)
+    return y
+
+
+def _binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: np.dtype) -> ir.Value:
+    if dt.kind == "b":
+        if op == "Equal":
+            return b.icmp_unsigned("==", x, y)
+        raise UnsupportedDatatype("op does not take bool operands", op=op, found="bool")
+    if dt.kind == "f":
+        if op == "Add":
+            return b.fadd(x, y)
+        if op == "Sub":
+            return b.fsub(x, y)
+        if op == "Mul":
+            return b.fmul(x, y)
+        if op == "Div":
+            return b.fdiv(x, y)
+        if op == "Pow":
+            return U.libm(b, "pow", x, y)
+        if op == "Max":
+            return _fmax(b, x, y, dt)
+        if op == "Min":
+            return _fmin(b, x, y, dt)
+        if op == "Equal":
+            return b.fcmp_ordered("==", x, y)
+        if op == "Greater":
+            return b.fcmp_ordered(">", x, y)
+        if op == "Less":
+            return b.fcmp_ordered("<", x, y)
+    cmp = b.icmp_signed if dt.kind == "i" else b.icmp_unsigned
+    if op == "Add":
+        return b.add(x, y)
+    if op == "Sub":
+        return b.sub(x, y)
+    if op == "Mul":
+        return b.mul(x, y)
+    if op == "Div":
+        return _int_div(b, x, y, dt)
+    if op == "Pow":
+        return b.call(_ipow_function(b.module, dt), [x, y])
+    if op == "Max":
+        return _fmax(b, x, y, dt)
+    if op == "Min":
+        return _fmin(b, x, y, dt)
+    if op == "Equal":
+        return b.icmp_unsigned("==", x, y)
+    if op == "Greater":
+        return cmp(">", x, y)
+    if op == "Less":
+        return cmp("<", x, y)
+    raise UnsupportedOperator("no elementwise code generation for op", op=op)
+
+
+# --- the fused loop ------------------------------------------------------------------------------
+
+
+@dataclass
+class Expr:
+    """One op of a fused group. Args: ("in", k) external operand k, ("expr", j) an earlier expr,
+    ("imm", value) a scalar constant of the arg's dtype."""
+
+    op: str
+    attrs: dict[str, Any]
+    args: list[tuple[str, Any]]
+    in_dtypes: list[np.dtype]
+    dtype: np.dtype
+    name: str = ""
+
+
+@dataclass
+class Operand:
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+@dataclass
+class FusedElementwise:
+    """A fused group: evaluates `exprs` in order per element; the last expr is stored to the output."""
+
+    out_shape: tuple[int, ...]
+    out_dtype: np.dtype
+    operands: list[Operand]
+    exprs: list[Expr]
+    names: list[str] = field(default_factory=list)  # operand parameter names
+
+
+def broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
+    """Element strides of a C-contiguous `shape` read as broadcast to `out` (0 on broadcast dims)."""
+    strides = [0] * len(out)
+    off = len(out) - len(shape)
+    acc = 1
+    for d in range(len(shape) - 1, -1, -1):
+        if shape[d] != 1:
+            strides[off + d] = acc
+        acc *= shape[d]
+    return strides
+
+
+def merge_dims(out: tuple[int, ...], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 dims and merge adjacent dims that are contiguous in every array.
+    `strides[0]` must be the output's. Returns (dims, per-array strides)."""
+    keep = [d for d in range(len(out)) if out[d] != 1]
+    dims = [out[d] for d in keep]
+    st = [[s[d] for d in keep] for s in strides]
+    i = len(dims) - 2
+    while i >= 0:
+        if all(s[i] == s[i + 1] * dims[i + 1] for s in st):
+            dims[i] *= dims[i + 1]
+            for s in st:
+                s[i] = s[i + 1]
+                del s[i + 1]
+            del dims[i + 1]
+        i -= 1
+    return dims, st
+
+
+def emit_fused(module: ir.Module, name: str, group: FusedElementwise) -> ir.Function:
+    """void name(out, in_0, ..., in_k, i32 tid, i32 nthreads)"""
+    params = [("out", U.ptr_type(group.out_dtype))]
+    for k, opnd in enumerate(group.operands):
+        pname = group.names[k] if k < len(group.names) else f"in{k}"
+        params.append((pname, U.ptr_type(opnd.dtype)))
+    params += [("tid", U.I32), ("nthreads", U.I32)]
+    fn, b = U.new_function(module, name, params)
+    out_ptr, in_ptrs = fn.args[0], fn.args[1:1 + len(group.operands)]
+    tid, nt = fn.args[-2], fn.args[-1]
+    out_shape = group.out_shape
+    all_strides = [broadcast_strides(out_shape, out_shape)] + [
+        broadcast_strides(o.shape, out_shape) for o in group.operands]
+    dims, strides = merge_dims(out_shape, all_strides)
+    if not dims:  # a single element
+        dims, strides = [1], [[0] for _ in all_strides]
+    if math.prod(dims) == 0:
+        b.ret_void()
+        return fn
+    lo, hi = U.thread_range(b, dims[0], tid, nt)
+    offsets = [U.i64(0)] * len(all_strides)
+
+    def nest(level: int, offs: list[ir.Value]) -> None:
+        start, stop = (lo, hi) if level == 0 else (0, dims[level])
+        with U.for_range(b, start, stop, f"i{level}") as i:
+            new = []
+            for a, off in enumerate(offs):
+                s = strides[a][level]
+                if s == 0:
+                    new.append(off)
+                elif s == 1 and isinstance(off, ir.Constant) and off.constant == 0:
+                    new.append(i)
+                else:
+                    new.append(b.add(off, b.mul(i, U.i64(s)), name=f"off{a}.{level}"))
+            if level + 1 < len(dims):
+                nest(level + 1, new)
+            else:
+                _body(b, group, out_ptr, in_ptrs, new)
+
+    nest(0, offsets)
+    b.ret_void()
+    return fn
+
+
+def _body(b: ir.IRBuilder, group: FusedElementwise, out_ptr: ir.Value, in_ptrs: Sequence[ir.Value],
+          offs: list[ir.Value]) -> None:
+    loaded: dict[int, ir.Value] = {}
+    values: list[ir.Value] = []
+
+    def arg(ref: tuple[str, Any], dtype: np.dtype) -> ir.Value:
+        kind, v = ref
+        if kind == "in":
+            if v not in loaded:
+                opnd = group.operands[v]
+                name = group.names[v] if v < len(group.names) else f"in{v}"
+                loaded[v] = U.load(b, in_ptrs[v], offs[1 + v], opnd.dtype, name=f"{name}.v")
+            return loaded[v]
+        if kind == "expr":
+            return values[v]
+        return U.const(dtype, v)
+
+    for e in group.exprs:
+        args = [arg(r, dt) for r, dt in zip(e.args, e.in_dtypes)]
+        values.append(scalar_op(b, e.op, e.attrs, args, e.in_dtypes, e.dtype))
+    U.store(b, out_ptr, offs[0], values[-1], group.out_dtype)

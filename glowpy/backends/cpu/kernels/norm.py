@@ -1,0 +1,171 @@
+"""Normalizations over a row: Softmax / LogSoftmax along one axis, LayerNormalization over the
+trailing dims, and LRN across channels. Float16 computes in float32, float64 in float64; threads
+split the rows (outer x inner positions)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from glowpy.backends.cpu import irutil as U
+from glowpy.backends.cpu.kernels.elementwise import broadcast_strides
+
+_REASSOC = ("reassoc", "contract")
+
+
+def _acc_type(dtype: np.dtype) -> ir.Type:
+    return U.F64 if np.dtype(dtype) == np.float64 else U.F32
+
+
+def emit_softmax(module: ir.Module, name: str, dtype: np.dtype, shape: tuple[int, ...], axis: int,
+                 log: bool) -> ir.Function:
+    """void name(out, x, tid, nthreads): exp(x - max) / sum, or its log, along `axis`."""
+    dt = np.dtype(dtype)
+    params = [("out", U.ptr_type(dt)), ("x", U.ptr_type(dt)), ("tid", U.I32), ("nthreads", U.I32)]
+    fn, b = U.new_function(module, name, params)
+    out, x, tid, nt = fn.args
+    axis %= len(shape)
+    outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    if outer * n * inner == 0:
+        b.ret_void()
+        return fn
+    t = _acc_type(dt)
+    mx = U.entry_alloca(b, t, "max.slot")
+    sm = U.entry_alloca(b, t, "sum.slot")
+
+    def elem(base: ir.Value, a: ir.Value) -> ir.Value:
+        return b.add(base, b.mul(a, U.i64(inner)))
+
+    def ld(p: ir.Value) -> ir.Value:
+        v = U.load(b, x, p, dt)
+        return v if v.type == t else b.fpext(v, t)
+
+    def row(offs: list[ir.Value], idx: list[ir.Value]) -> None:
+        o, i = idx
+        base = b.add(b.mul(o, U.i64(n * inner)), i, name="row")
+        b.store(ir.Constant(t, -math.inf), mx)
+        with U.for_range(b, 0, n, "a") as a:
+            b.store(U.fmax_nan(b, b.load(mx), ld(elem(base, a))), mx)
+        m = b.load(mx, name="rowmax")
+        b.store(ir.Constant(t, 0.0), sm)
+        with U.for_range(b, 0, n, "e") as a:
+            p = elem(base, a)
+            e = U.intrinsic(b, "llvm.exp", b.fsub(ld(p), m))
+            b.store(b.fadd(b.load(sm), e, flags=_REASSOC), sm)
+            if not log:
+                U.store(b, out, p, e if e.type == U.compute_type(dt) else b.fptrunc(e, U.compute_type(dt)), dt)
+        s = b.load(sm, name="rowsum")
+        if log:
+            lse = b.fadd(m, U.intrinsic(b, "llvm.log", s), name="logsumexp")
+            with U.for_range(b, 0, n, "w") as a:
+                p = elem(base, a)
+                r = b.fsub(ld(p), lse)
+                U.store(b, out, p, r if r.type == U.compute_type(dt) else b.fptrunc(r, U.compute_type(dt)), dt)
+        else:
+            inv = b.fdiv(ir.Constant(t, 1.0), s, name="inv")
+            with U.for_range(b, 0, n, "w") as a:
+                p = elem(base, a)
+                v = U.load(b, out, p, dt)
+                r = b.fmul(v if v.type == t else b.fpext(v, t), inv)
+                U.store(b, out, p, r if r.type == U.compute_type(dt) else b.fptrunc(r, U.compute_type(dt)), dt)
+
+    U.nest(b, [outer, inner], [[0, 0]], [U.i64(0)], row, split=(tid, nt), name="sm")
+    b.ret_void()
+    return fn
+
+
+def emit_layer_norm(module: ir.Module, name: str, dtype: np.dtype, shape: tuple[int, ...], axis: int, eps: float,
+                    scale_shape: tuple[int, ...], bias_shape: tuple[int, ...] | None) -> ir.Function:
+    """void name(out, x, scale, bias_or_null, tid, nthreads): normalize over dims axis..end."""
+    dt = np.dtype(dtype)
+    params = [("out", U.ptr_type(dt)), ("x", U.ptr_type(dt)), ("scale", U.ptr_type(dt)),
+              ("bias", U.ptr_type(dt)), ("tid", U.I32), ("nthreads", U.I32)]
+    fn, b = U.new_function(module, name, params)
+    out, x, scale, bias, tid, nt = fn.args
+    axis %= len(shape)
+    norm_shape = shape[axis:]
+    outer, r = math.prod(shape[:axis]), math.prod(norm_shape)
+    if outer * r == 0:
+        b.ret_void()
+        return fn
+    t = _acc_type(dt)
+    ct = U.compute_type(dt)
+    acc = U.entry_alloca(b, t, "acc.slot")
+    s_strides = broadcast_strides(scale_shape, norm_shape)
+    b_strides = broadcast_strides(bias_shape, norm_shape) if bias_shape is not None else None
+
+    def ld(ptr: ir.Value, p: ir.Value) -> ir.Value:
+        v = U.load(b, ptr, p, dt)
+        return v if v.type == t else b.fpext(v, t)
+
+    with U.for_range(b, *U.thread_range(b, outer, tid, nt, "rows"), "row") as o:
+        base = b.mul(o, U.i64(r), name="base")
+        b.store(ir.Constant(t, 0.0), acc)
+        with U.for_range(b, 0, r, "s") as j:
+            b.store(b.fadd(b.load(acc), ld(x, b.add(base, j)), flags=_REASSOC), acc)
+        mean = b.fdiv(b.load(acc), ir.Constant(t, float(r)), name="mean")
+        b.store(ir.Constant(t, 0.0), acc)
+        with U.for_range(b, 0, r, "v") as j:
+            d = b.fsub(ld(x, b.add(base, j)), mean)
+            b.store(b.fadd(b.load(acc), b.fmul(d, d), flags=_REASSOC), acc)
+        var = b.fdiv(b.load(acc), ir.Constant(t, float(r)), name="var")
+        rstd = b.fdiv(ir.Constant(t, 1.0), U.intrinsic(b, "llvm.sqrt", b.fadd(var, ir.Constant(t, eps))), name="rstd")
+
+        def elem(offs: list[ir.Value], idx: list[ir.Value]) -> None:
+            p = b.add(base, offs[0])
+            y = b.fmul(b.fmul(b.fsub(ld(x, p), mean), rstd), ld(scale, offs[1]))
+            if b_strides is not None:
+                y = b.fadd(y, ld(bias, offs[2]))
+            U.store(b, out, p, y if y.type == ct else b.fptrunc(y, ct), dt)
+
+        strides = [U.contiguous_strides(norm_shape), s_strides] + ([b_strides] if b_strides is not None else [])
+        dims, st = U.merge_nest(list(norm_shape), strides)
+        if not dims:
+            dims, st = [1], [[0] for _ in strides]
+        U.nest(b, dims, st, [U.i64(0)] * len(st), elem, name="ln")
+    b.ret_void()
+    return fn
+
+
+def emit_lrn(module: ir.Module, name: str, dtype: np.dtype, shape: tuple[int, ...], size: int, alpha: float,
+             beta: float, bias: float) -> ir.Function:
+    """void name(out, x, tid, nthreads): x / (bias + alpha/size * sum of squares over nearby channels)^beta."""
+    dt = np.dtype(dtype)
+    params = [("out", U.ptr_type(dt)), ("x", U.ptr_type(dt)), ("tid", U.I32), ("nthreads", U.I32)]
+    fn, b = U.new_function(module, name, params)
+    out, x, tid, nt = fn.args
+    n, c = shape[0], shape[1]
+    sp = math.prod(shape[2:])
+    if n * c * sp == 0:
+        b.ret_void()
+        return fn
+    t = U.F64 if dt == np.float64 else U.F32
+    ct = U.compute_type(dt)
+    lo_w, hi_w = (size - 1) // 2, math.ceil((size - 1) / 2)
+    acc = U.entry_alloca(b, t, "acc.slot")
+
+    def ld(p: ir.Value) -> ir.Value:
+        v = U.load(b, x, p, dt)
+        return v if v.type == t else b.fpext(v, t)
+
+    with U.for_range(b, *U.thread_range(b, n * c, tid, nt, "planes"), "plane") as pc:
+        ch = b.srem(pc, U.i64(c), name="ch")
+        img = b.sub(pc, ch, name="img")  # n * c
+        c0 = b.sub(ch, U.i64(lo_w))
+        c0 = b.select(b.icmp_signed("<", c0, U.i64(0)), U.i64(0), c0, name="c0")
+        c1 = b.add(ch, U.i64(hi_w + 1))
+        c1 = b.select(b.icmp_signed(">", c1, U.i64(c)), U.i64(c), c1, name="c1")
+        with U.for_range(b, 0, sp, "s") as s:
+            b.store(ir.Constant(t, 0.0), acc)
+            with U.for_range(b, c0, c1, "cc") as cc:
+                v = ld(b.add(b.mul(b.add(img, cc), U.i64(sp)), s))
+                b.store(b.fadd(b.load(acc), b.fmul(v, v)), acc)
+            denom = b.fadd(ir.Constant(t, bias), b.fmul(ir.Constant(t, alpha / size), b.load(acc)))
+            p = b.add(b.mul(pc, U.i64(sp)), s)
+            y = b.fdiv(ld(p), U.libm(b, "pow", denom, ir.Constant(t, beta)))
+            U.store(b, out, p, y if y.type == ct else b.fptrunc(y, ct), dt)
+    b.ret_void()
+    return fn
+
