@@ -316,6 +316,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"{name:<{nw}}  {n.op:<{ow}}  {n.status.name:<{vw}}  {_short_reason(n.name, n.reason)}")
         for issue in report.issues:
             print(f"model: {issue.status.name}: {issue.reason}")
+        for text in report.assumes:
+            print(f"model: {text}")
         if part is not None:
             print()
             print("\n".join(part.describe()) or "no nodes")

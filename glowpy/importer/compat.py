@@ -27,14 +27,12 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 from onnx import ModelProto, NodeProto, TensorProto, ValueInfoProto
 
-from glowpy.backends import BACKENDS
-from glowpy.backends.base import Backend
 from glowpy.errors import (
     GlowpyError,
     InternalError,
@@ -45,7 +43,6 @@ from glowpy.errors import (
     UnsupportedAttribute,
     UnsupportedDatatype,
     UnsupportedOperator,
-    UnsupportedShape,
 )
 from glowpy.importer import ops as _ops  # noqa: F401  (fills the op table)
 from glowpy.importer.context import NodeContext
@@ -54,6 +51,9 @@ from glowpy.importer.table import OnnxOp, check_node, require_const_operand
 from glowpy.ir.graph import Node, Value
 from glowpy.ir.ops import get_op
 from glowpy.ir.types import TensorType, dtype_from_onnx
+
+if TYPE_CHECKING:
+    from glowpy.backends.base import Backend
 
 ModelLike = bytes | bytearray | memoryview | str | os.PathLike | ModelProto
 
@@ -109,6 +109,7 @@ class CompatReport:
     backend: str = "cpu"
     backend_consulted: bool = False  # False: the backend is not available; the op table alone decided
     readable: bool = True  # False: the bytes/path did not give a ModelProto at all
+    assumes: list[str] = field(default_factory=list)  # model-level assumptions (values no node reads)
 
     @property
     def supported(self) -> bool:
@@ -157,7 +158,7 @@ class CompatReport:
     def to_dict(self) -> dict[str, Any]:
         return {"supported": self.supported, "status": self.status.name, "code": int(self.status),
                 "reason": self.reason, "backend": self.backend, "backend_consulted": self.backend_consulted,
-                "readable": self.readable, "summary": self.summary(),
+                "readable": self.readable, "summary": self.summary(), "assumes": list(self.assumes),
                 "issues": [i.to_dict() for i in self.issues], "nodes": [n.to_dict() for n in self.nodes]}
 
 
@@ -175,7 +176,7 @@ class Slot:
     value: Value | None = None
     error: GlowpyError | None = None
     weight: bool = False  # an initializer (or big Constant): data exists, but is not read here
-    runtime_error: GlowpyError | None = None  # applies only where a node reads it at run time
+    runtime_note: str = ""  # an assumption, made where a node reads the value at run time
 
     @property
     def type(self) -> TensorType | None:
@@ -331,6 +332,9 @@ _BACKEND_CACHE: dict[str, Backend | None] = {}
 def resolve_backend(name: str | Backend | None) -> Backend | None:
     """The backend to consult, or None when it is not available (then the op table alone decides).
     An unknown name raises UnsupportedAttribute, like `get_backend`."""
+    from glowpy.backends import BACKENDS  # backends sit above the importer: asked for lazily
+    from glowpy.backends.base import Backend
+
     if name is None:
         return None
     if isinstance(name, Backend):
@@ -362,6 +366,7 @@ class Checker:
         self.order: list[int] = []
         self.opsets: dict[str, int] = {}
         self._unused_bad: dict[str, GlowpyError] = {}
+        self.assumes: list[str] = []
 
     # --- entry ----------------------------------------------------------------------------------
 
@@ -397,9 +402,11 @@ class Checker:
                 self.issues.append(Issue(Status.INVALID_MODEL,
                                          f"graph output '{info.name}' is not produced by any node, input or "
                                          f"initializer"))
+        used = {x for n in nodes for x in n.input}
         for name, err in self._unused_bad.items():
-            if not any(name in n.input for n in nodes):
+            if name not in used:
                 self.issues.append(Issue(err.status, str(err)))
+        self.assumes = [s.runtime_note for name, s in self.slots.items() if s.runtime_note and name not in used]
         return self._finish(nodes)
 
     def _finish(self, nodes: Sequence[NodeProto]) -> CompatReport:
@@ -407,7 +414,7 @@ class Checker:
 
     def _report(self, verdicts: list[NodeVerdict], issues: list[Issue]) -> CompatReport:
         return CompatReport(verdicts, list(issues), backend=self.backend_name,
-                            backend_consulted=self.backend is not None)
+                            backend_consulted=self.backend is not None, assumes=list(self.assumes))
 
     # --- values from declarations ----------------------------------------------------------------
 
@@ -471,15 +478,13 @@ class Checker:
                 continue
             dims = self._bind(info.name, dims)
             if dims is not None and any(d == 0 for d in dims):
-                # A zero extent is a zero-size tensor in ONNX. As a compile-time operand (empty axes)
-                # its value is known without data; as a runtime operand glowpy has no zero-size buffers.
-                err = UnsupportedShape(f"graph input '{info.name}' has a zero-size dim", expected="dims >= 1",
-                                       found="[" + ", ".join(str(d) for d in dims) + "]")
+                # A zero extent is a zero-size tensor in ONNX: its value is known without data. glowpy
+                # has no zero-size runtime buffers, so it must be a weight given at init.
                 empty = None
                 if all(isinstance(d, int) for d in dims):
                     empty = Value(info.name, TensorType(dtype, dims), "input", data=np.zeros(dims, dtype))
-                self.slots[info.name] = Slot(dtype, tuple(dims), empty, runtime_error=err)
-                self._unused_bad[info.name] = err
+                note = f"assumes '{info.name}' (zero-size) is a weight given at init, not a runtime input"
+                self.slots[info.name] = Slot(dtype, tuple(dims), empty, runtime_note=note)
                 continue
             shape = _static(dims)
             value = Value(info.name, TensorType(dtype, shape), "input") if shape is not None else None
@@ -536,6 +541,7 @@ class Checker:
             self._declare_outputs(node, {})
             return self._verdict(index, node, e.at(node=name, op=op))
         inputs: list[Slot] = []
+        notes: list[str] = []
         for k, x in enumerate(node.input):
             if not x:
                 continue
@@ -545,20 +551,23 @@ class Checker:
                 return self._verdict(index, node, InvalidModel(
                     f"input '{x}' is not defined (no initializer, graph input or node output has that name)",
                     node=name, op=op, opset=opset))
-            err = slot.error or (slot.runtime_error if k not in entry.const_inputs else None)
-            if err is not None:
+            if slot.error is not None:
                 self._declare_outputs(node, {})
-                return self._verdict(index, node, _rebuild(err, node=name, op=op, opset=opset))
+                return self._verdict(index, node, _rebuild(slot.error, node=name, op=op, opset=opset))
+            if slot.runtime_note and k not in entry.const_inputs:
+                notes.append(slot.runtime_note)
             inputs.append(slot)
         if any(s.value is None for s in inputs):
             unknown = next(x for x in node.input if x and self.slots[x].value is None)
             self._declare_outputs(node, {})
-            return self._verdict(index, node, None, opset=opset,
+            return self._verdict(index, node, None, opset=opset, assumes=notes,
                                  note=f"supported by op, attributes and types; shapes not checked ('{unknown}' "
                                       f"has no static shape: {_fmt_dims(self.slots[unknown].dims)})")
         if op == "Constant" and self._big_constant(node):
             return self._big_constant_verdict(index, node, name, opset)
         scope = _Scope(self.slots)
+        for text in notes:
+            scope.note(text)
         declared_out = self._declared_slot(node.output[0]) if node.output and node.output[0] else None
         ctx = _DryContext(scope, node, entry, opset, name, declared_out)
         try:
@@ -659,18 +668,25 @@ class Checker:
         name = node_display_name(node, index)
         if be is None or not scope.emitted:
             return self._verdict(index, node, None, opset=opset, assumes=scope.assumes)
+        from glowpy.optimizer.lower import LOWERINGS
+
         lowered = []
         for ir in scope.emitted:
             try:
-                if be.should_lower(ir):
+                # The optimizer lowers what the backend asks for and has a lowering for (Glow's shouldLower).
+                if ir.op in LOWERINGS and be.should_lower(ir):
                     lowered.append(ir.op)
-                elif not be.is_op_supported(ir):
+                    continue
+                check = getattr(be, "check_node", None)  # optional: the backend's own precise error
+                if check is not None:
+                    check(ir)
+                if not be.is_op_supported(ir):
                     types = ", ".join(str(v.type) for v in ir.inputs)
                     return self._verdict(index, node, UnsupportedOperator(
                         f"backend '{be.name}' cannot execute IR op {ir.op}", node=name, op=node.op_type,
                         opset=opset, expected="an op and types the backend implements", found=f"{ir.op}({types})"))
             except GlowpyError as e:
-                return self._verdict(index, node, e.at(node=name, op=node.op_type, opset=opset))
+                return self._verdict(index, node, _rebuild(e, node=name, op=node.op_type, opset=opset))
         if lowered:
             return self._verdict(index, node, None, status=Status.FALLBACK, opset=opset, assumes=scope.assumes,
                                  note=f"supported through decomposition: backend '{be.name}' lowers "
@@ -695,8 +711,8 @@ def check(model: ModelLike, backend: str | Backend | None = "cpu",
     it is not (yet), the op table alone decides and `report.backend_consulted` is False. `shapes`
     binds symbolic dims, as in `glowpy.load`.
     """
-    be_name = backend.name if isinstance(backend, Backend) else (backend or "none")
     be = resolve_backend(backend)
+    be_name = backend if isinstance(backend, str) else (be.name if be is not None else "none")
     try:
         proto, _ = read_model(model)
     except GlowpyError as e:

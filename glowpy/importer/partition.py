@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 from onnx import ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
 
-from glowpy.backends.base import Backend
 from glowpy.errors import InternalError
 from glowpy.importer.compat import (
     Checker,
@@ -29,6 +28,9 @@ from glowpy.importer.compat import (
 )
 from glowpy.importer.onnx_import import read_model
 from glowpy.ir.types import dtype_to_onnx
+
+if TYPE_CHECKING:
+    from glowpy.backends.base import Backend
 
 
 @dataclass
@@ -229,8 +231,9 @@ def partition(model: ModelLike, backend: str | Backend | None = "cpu",
     accepts, never forming a cycle with the host nodes between them) and the nodes left to the host.
     An unreadable model raises its GlowpyError (INVALID_PROTOBUF / INVALID_MODEL)."""
     proto, _ = read_model(model)
-    be_name = backend.name if isinstance(backend, Backend) else (backend or "none")
-    checker = Checker(proto, resolve_backend(backend), be_name, shapes)
+    be = resolve_backend(backend)
+    be_name = backend if isinstance(backend, str) else (be.name if be is not None else "none")
+    checker = Checker(proto, be, be_name, shapes)
     report = checker.run()
     nodes = list(proto.graph.node)
     n = len(nodes)

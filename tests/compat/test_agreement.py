@@ -1,0 +1,80 @@
+"""The agreement property of issue 5: whatever the cheap check accepts, the full import + compile
+accepts; whatever it rejects, the full path rejects.
+
+The only allowed difference: a node the cheap path accepted *with a stated assumption* about an
+operand value it may not read (a weight given at init: Dropout's training flag, Gather's indices,
+Squeeze's axes, a shape operand the declared output does not pin down), where the full path, given
+that value, rejects exactly that node. Those are listed in the output, never hidden.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from .corpus import Case, Outcome, compare, disagreements, light_node_cases, onnx_node_cases, ops_cases
+
+SOURCES = {"onnx-node-tests": onnx_node_cases, "light-model-nodes": light_node_cases, "op-tests": ops_cases}
+
+# Lower bounds on what each corpus exercises, so the property cannot pass vacuously.
+MIN_BOTH_ACCEPT = {"onnx-node-tests": 300, "light-model-nodes": 500, "op-tests": 300}
+MIN_BOTH_REJECT = {"onnx-node-tests": 1000, "light-model-nodes": 0, "op-tests": 40}
+
+
+def _signature(case: Case) -> tuple:
+    g = case.cheap.graph
+    return tuple(sorted({n.op_type for n in g.node}))
+
+
+def _cases(source: str, backend: str) -> list[Case]:
+    cases = list(SOURCES[source]())
+    if backend == "interpreter":
+        return cases
+    # Compiling for a code-generating backend costs far more: keep every model the cheap path rejects
+    # (the full path rejects those before code generation) and one accepted model per op signature.
+    keep, seen = [], set()
+    for c in cases:
+        import glowpy
+
+        if not glowpy.check(c.cheap, backend=backend).supported:
+            keep.append(c)
+        elif _signature(c) not in seen:
+            seen.add(_signature(c))
+            keep.append(c)
+    return keep
+
+
+def _summary(source: str, outcomes: list[Outcome], assumed: list[Outcome]) -> str:
+    counts = collections.Counter((o.cheap_ok, o.full_ok) for o in outcomes)
+    lines = [f"{source}: {len(outcomes)} models; both accept {counts[True, True]}, both reject "
+             f"{counts[False, False]}, value-dependent (accepted with an assumption, full path rejects) "
+             f"{len(assumed)}"]
+    lines += [f"  value-dependent: {o.describe()[:300]}" for o in assumed]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_cheap_and_full_paths_agree(source: str, backend: str) -> None:
+    cases = _cases(source, backend)
+    if source == "op-tests" and not cases:
+        pytest.skip("tests/ops is not present")
+    outcomes = [compare(c, backend) for c in cases]
+    real, assumed = disagreements(outcomes)
+    print(_summary(source, outcomes, assumed))
+    assert not real, f"{len(real)} disagreement(s):\n" + "\n".join(o.describe()[:400] for o in real[:25])
+    if backend == "interpreter":
+        counts = collections.Counter((o.cheap_ok, o.full_ok) for o in outcomes)
+        assert counts[True, True] >= MIN_BOTH_ACCEPT[source], counts
+        assert counts[False, False] >= MIN_BOTH_REJECT[source], counts
+
+
+def test_value_dependent_verdicts_say_what_they_assumed() -> None:
+    # Every accepted verdict with assumptions names an operand in its reason.
+    for case in ops_cases()[:400]:
+        import glowpy
+
+        for v in glowpy.check(case.cheap, backend="interpreter").nodes:
+            for text in v.assumes:
+                assert text in v.reason
+                assert "'" in text  # names the operand
