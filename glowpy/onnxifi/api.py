@@ -621,6 +621,8 @@ def _fence(addr: int, role: str) -> C.onnxMemoryFenceV1:
 
 
 def _schedule(g: Graph, input_event: Event | None, out_fence_addr: int) -> None:
+    if g.closed:
+        raise CallError(Status.INVALID_GRAPH, f"graph 0x{g.handle:x} is being released")
     if g.binding is None:
         raise UnidentifiedName("the graph has no valid I/O binding (call onnxSetGraphIO first)")
     done = Event(g.backend)

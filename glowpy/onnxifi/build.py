@@ -90,10 +90,14 @@ __attribute__((constructor)) static void glowpy_onnxifi_preload(void) {
     if (dlopen(GLOWPY_LIBPYTHON, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD) == NULL)
         dlopen(GLOWPY_LIBPYTHON, RTLD_NOW | RTLD_GLOBAL);
     if (!python_host && !Py_IsInitialized() && getenv("PYTHONHOME") == NULL) {
+#if PY_VERSION_HEX < 0x030D0000
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-        Py_SetPythonHome(GLOWPY_PYTHONHOME);
+        Py_SetPythonHome(GLOWPY_PYTHONHOME_W);
 #pragma GCC diagnostic pop
+#else
+        setenv("PYTHONHOME", GLOWPY_PYTHONHOME, 0);
+#endif
     }
 }
 
@@ -198,7 +202,8 @@ def build(output_dir: str | os.PathLike | None = None, verbose: bool = False) ->
         _C_SOURCE,
         include_dirs=[str(INCLUDE_DIR)],
         define_macros=[("GLOWPY_LIBPYTHON", _c_string(libpython_path())),
-                       ("GLOWPY_PYTHONHOME", "L" + _c_string(sys.base_prefix))],
+                       ("GLOWPY_PYTHONHOME", _c_string(sys.base_prefix)),
+                       ("GLOWPY_PYTHONHOME_W", "L" + _c_string(sys.base_prefix))],
         libraries=["dl"],
         library_dirs=[libdir],
         extra_link_args=[f"-Wl,-rpath,{libdir}"],

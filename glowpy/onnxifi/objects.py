@@ -228,6 +228,7 @@ class Graph:
         self.lock = threading.Lock()  # SetGraphIO / RunGraph / SetIOAndRunGraph are atomic per graph
         self._queue: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
+        self.closed = False  # set under `lock` by ReleaseGraph: no run may be submitted after it
         self.runs_done = 0
         self.runs_failed = 0
 
@@ -252,6 +253,8 @@ class Graph:
     # runs -------------------------------------------------------------------------------------
 
     def submit(self, run: Run) -> None:
+        if self.closed:
+            raise CallError(Status.INVALID_GRAPH, f"graph 0x{self.handle:x} is being released")
         if self._worker is None:
             self._worker = threading.Thread(target=self._work, name=f"glowpy-onnxifi-graph-{self.handle:x}",
                                             daemon=True)
@@ -260,6 +263,8 @@ class Graph:
 
     def close(self) -> None:
         """Wait for every submitted run to finish, then stop the worker."""
+        with self.lock:  # a RunGraph that found the handle before it was unregistered finishes first
+            self.closed = True
         if self._worker is not None:
             self._queue.put(_STOP)
             self._worker.join()
