@@ -296,21 +296,25 @@ def main(argv: list[str] | None = None) -> int:
                 f"p{layer['pads'][0]}")
         print(f"{i:>2} {desc:<44}{layer['count']:>3}{row}", flush=True)
 
-    n = 512
-    a = rng.standard_normal((n, n)).astype(np.float32)
-    bmat = rng.standard_normal((n, n)).astype(np.float32)
-    out = np.empty((n, n), np.float32)
-    for const in (True, False):
-        k = JitKernel(lambda m, nm, c=const: emit_gemm(
-            m, nm, M=n, N=n, K=n, a_trans=False, b=bmat if c else None, b_trans=False, alpha=1.0, bias=None,
+    # gemm: 512^3 with B constant (packed at compile time) and B a runtime operand, and ResNet-50's
+    # classifier (batch 1: a matrix-vector product, memory-bound on the 8 MB weight)
+    for m_, n_, k_, const, b_trans in ((512, 512, 512, True, False), (512, 512, 512, False, False),
+                                       (1, 1000, 2048, True, True)):
+        a = rng.standard_normal((m_, k_)).astype(np.float32)
+        bmat = rng.standard_normal((n_, k_) if b_trans else (k_, n_)).astype(np.float32)
+        out = np.empty((m_, n_), np.float32)
+        k = JitKernel(lambda mod, nm, M=m_, N=n_, K=k_, c=const, bt=b_trans, B=bmat: emit_gemm(
+            mod, nm, M=M, N=N, K=K, a_trans=False, b=B if c else None, b_trans=bt, alpha=1.0, bias=None,
             bias_kind="none", activation="none", activation_params=(), vector_width=vw), name="gemm")
+        opb = bmat.T if b_trans else bmat
+        flops = 2.0 * m_ * n_ * k_
         row = ""
         for t in args.threads:
             sec = time_kernel(k, out, a, None if const else bmat, nthreads=t, repeats=args.repeats, pool=pools.get(t))
             blas_threads(t)
-            np_sec = time_numpy(lambda: a @ bmat, args.repeats)
-            row += f" | {2.0 * n ** 3 / sec / 1e9:7.1f} {sec * 1e3:6.3f} {2.0 * n ** 3 / np_sec / 1e9:6.1f}"
-        desc = f"gemm {n}^3, B {'constant (packed)' if const else 'runtime'}"
+            np_sec = time_numpy(lambda a=a, b=opb: a @ b, args.repeats)
+            row += f" | {flops / sec / 1e9:7.1f} {sec * 1e3:6.3f} {flops / np_sec / 1e9:6.1f}"
+        desc = f"gemm {m_}x{n_}x{k_}, B{'^T' if b_trans else ''} {'constant' if const else 'runtime'}"
         print(f"{'':>2} {desc:<44}{'':>3}{row}", flush=True)
 
     if args.layers:

@@ -15,7 +15,7 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from glowpy.errors import InternalError, MismatchingShape, UnsupportedAttribute
+from glowpy.errors import InternalError, MismatchingShape, UnsupportedAttribute, UnsupportedShape
 
 from .common import KernelInfo
 
@@ -435,6 +435,9 @@ def emit_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, a_trans: 
         packed.append(np.ascontiguousarray(bb.reshape(M * N)))
 
     pack_b = b is None and b_trans  # runtime B^T: transpose each panel into scratch
+    if pack_b and N * K >= 1 << 31:
+        raise UnsupportedShape("runtime transposed B too large for 32-bit gather indices", expected="< 2^31",
+                               found=N * K)
     scratch_bytes = K * nr * 4 + 64 if pack_b else 0
 
     fn = kernel_function(module, name, len(packed))

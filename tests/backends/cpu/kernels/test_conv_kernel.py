@@ -128,7 +128,8 @@ def test_extreme_inputs_saturate_sigmoid_tanh() -> None:
 
 
 @pytest.mark.parametrize("vector_width", [8, 4])
-@pytest.mark.parametrize("name", ["resnet_3x3s2", "squeeze_3x3_13", "shuffle_dw", "asym_pads", "incep_1x1_6x6"])
+@pytest.mark.parametrize("name", ["resnet_3x3s2", "squeeze_3x3_13", "shuffle_dw", "asym_pads", "incep_1x1_6x6",
+                                  "chanvec_3x3s2_asym"])
 def test_narrow_vectors(name: str, vector_width: int) -> None:
     x_shape, w_shape, attrs = CONFIGS[name]
     _run_and_check(x_shape, w_shape, attrs, residual=True, threads=(1, 3), vector_width=vector_width)
