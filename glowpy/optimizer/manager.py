@@ -94,20 +94,31 @@ def stage_and_pass_names(pipeline: Sequence[Stage]) -> list[str]:
     return names
 
 
-def run_pass(graph: Graph, p: Pass, backend: Backend | None, *, verify: bool) -> bool:
-    """Run one pass; with `verify`, check the graph afterwards. Errors name the pass."""
+def call_pass(graph: Graph, p: Pass, backend: Backend | None) -> bool:
+    """Run one pass; any exception inside it is re-raised as an InternalError naming the pass."""
     try:
-        changed = bool(p.fn(graph, backend) if p.uses_backend else p.fn(graph))
+        return bool(p.fn(graph, backend) if p.uses_backend else p.fn(graph))
     except GlowpyError as e:
-        raise InternalError(f"pass '{p.name}' failed: {e}", node=e.node, op=e.op) from e
+        raise InternalError(f"pass '{p.name}' failed: {e.reason}", node=e.node, op=e.op, expected=e.expected,
+                            found=e.found) from e
     except Exception as e:  # noqa: BLE001  (a bug in a pass: report which pass, keep the cause)
         raise InternalError(f"pass '{p.name}' failed: {type(e).__name__}: {e}") from e
+
+
+def verify_after(graph: Graph, p: Pass) -> None:
+    """`graph.verify()`, with a failure re-raised as an InternalError naming the pass."""
+    try:
+        graph.verify()
+    except GlowpyError as e:
+        raise InternalError(f"pass '{p.name}' broke the graph: {e.reason}", node=e.node, op=e.op,
+                            expected=e.expected, found=e.found) from e
+
+
+def run_pass(graph: Graph, p: Pass, backend: Backend | None = None, *, verify: bool = False) -> bool:
+    """Run one pass (and with `verify`, check the graph afterwards); errors name the pass."""
+    changed = call_pass(graph, p, backend)
     if verify:
-        try:
-            graph.verify()
-        except GlowpyError as e:
-            raise InternalError(f"pass '{p.name}' broke the graph: {e.reason}", node=e.node, op=e.op,
-                                expected=e.expected, found=e.found) from e
+        verify_after(graph, p)
     return changed
 
 
@@ -148,8 +159,10 @@ def _run_stage(graph: Graph, stage: Stage, backend: Backend | None, *, verify: b
             rec = stats.record(stage.name, p.name)
             nodes, consts = len(graph.nodes), len(graph.constants)
             t = time.perf_counter()
-            changed = run_pass(graph, p, backend, verify=verify)
+            changed = call_pass(graph, p, backend)
             rec.seconds += time.perf_counter() - t
+            if verify:
+                verify_after(graph, p)
             rec.runs += 1
             rec.changed += changed
             rec.nodes += len(graph.nodes) - nodes

@@ -55,12 +55,18 @@ def _constant_key(a: np.ndarray) -> tuple:
 def merge_constants(graph: Graph) -> bool:
     """Constants with equal data (same type and bytes) become one; its users share it."""
     changed = False
-    seen: dict[tuple, Value] = {}
-    for v in list(graph.constants.values()):
-        first = seen.setdefault(_constant_key(v.data), v)
-        if first is not v and v.users and not is_graph_output(graph, v):
-            graph.replace_all_uses(v, first)
-            changed = True
+    by_type: dict[object, list[Value]] = {}
+    for v in graph.constants.values():
+        by_type.setdefault(v.type, []).append(v)
+    for group in by_type.values():
+        if len(group) < 2:
+            continue  # only constants of the same type can be equal: hash nothing else
+        seen: dict[tuple, Value] = {}
+        for v in group:
+            first = seen.setdefault(_constant_key(v.data), v)
+            if first is not v and v.users and not is_graph_output(graph, v):
+                graph.replace_all_uses(v, first)
+                changed = True
     if changed:
         graph.remove_unused_constants()
     return changed
