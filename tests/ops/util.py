@@ -114,6 +114,19 @@ def run_oracle(model: onnx.ModelProto, feeds: dict[str, np.ndarray], oracle: str
     raise ValueError(f"unknown oracle {oracle!r}")
 
 
+def assert_compat_agrees(model: onnx.ModelProto, backend: str, err: GlowpyError | None) -> None:
+    """The cheap compatibility path answers as the full importer does: supported where it compiles,
+    and the same status where it raises."""
+    report = glowpy.check(model, backend=backend)
+    if err is None:
+        assert report.supported, f"glowpy.check rejects a model that compiles: {report.reason}"
+        return
+    if report.supported and model.graph.initializer:
+        return  # the cheap path never reads weights: a verdict that depends on their values is not its to give
+    assert report.status == err.status, (
+        f"glowpy.check says {report.status.name} ({report.reason}), the importer {err.status.name} ({err})")
+
+
 def tolerances(dtype: np.dtype) -> dict[str, float]:
     if dtype == np.float16:
         return {"rtol": 2e-3, "atol": 2e-3}
@@ -149,6 +162,7 @@ def check(
     """Run one node on glowpy and on the oracle; assert they agree; return glowpy's outputs."""
     model, feeds = node_model(op_type, inputs, opset=opset, attrs=attrs, outputs=outputs)
     want = run_oracle(model, feeds, oracle)
+    assert_compat_agrees(model, backend, None)
     out_names = [o.name for o in model.graph.output]
     # What users get (optimized for the backend); on the interpreter also the IR ops as imported,
     # since the interpreter is the oracle other backends are tested against.
@@ -201,13 +215,17 @@ def expect_error(
     backend: str = "interpreter",
     domain: str = "",
     input_infos: Sequence[onnx.ValueInfoProto] = (),
+    compat: bool = True,
 ) -> GlowpyError:
-    """Compiling the one-node model raises `cls`; its message names the node, the op and `mentions`."""
+    """Compiling the one-node model raises `cls`; its message names the node, the op and `mentions`;
+    and (unless `compat` is False) `glowpy.check` gives the same status."""
     model, _ = node_model(op_type, inputs, opset=opset, attrs=attrs, outputs=outputs, domain=domain,
                           input_infos=input_infos)
     with pytest.raises(cls) as info:
         glowpy.compile(model, backend=backend)
     err = info.value
+    if compat:
+        assert_compat_agrees(model, backend, err)
     text = str(err)
     assert type(err) is cls, f"{type(err).__name__}: {text}"
     for word in (f"'{NODE}'", op_type, *mentions):
