@@ -47,32 +47,61 @@ typedef onnxStatus (*onnxExtensionFunctionPointer)(void);
 uintptr_t glowpy_onnxifi_symbol(int which);
 """
 
-_API = """
-onnxStatus onnxGetBackendIDs(onnxBackendID* backendIDs, size_t* numBackends);
-onnxStatus onnxReleaseBackendID(onnxBackendID backendID);
-onnxStatus onnxGetBackendInfo(onnxBackendID backendID, onnxBackendInfo infoType, void* infoValue,
-                              size_t* infoValueSize);
-onnxStatus onnxGetBackendCompatibility(onnxBackendID backendID, size_t onnxModelSize, const void* onnxModel);
-onnxStatus onnxInitBackend(onnxBackendID backendID, const uint64_t* auxPropertiesList, onnxBackend* backend);
-onnxStatus onnxReleaseBackend(onnxBackend backend);
-onnxStatus onnxInitEvent(onnxBackend backend, onnxEvent* event);
-onnxStatus onnxSignalEvent(onnxEvent event);
-onnxStatus onnxGetEventState(onnxEvent event, onnxEventState* state);
-onnxStatus onnxWaitEvent(onnxEvent event);
-onnxStatus onnxReleaseEvent(onnxEvent event);
-onnxStatus onnxInitGraph(onnxBackend backend, const uint64_t* auxPropertiesList, size_t onnxModelSize,
-                         const void* onnxModel, uint32_t weightsCount,
-                         const onnxTensorDescriptorV1* weightDescriptors, onnxGraph* graph);
-onnxStatus onnxSetGraphIO(onnxGraph graph, uint32_t inputsCount, const onnxTensorDescriptorV1* inputDescriptors,
-                          uint32_t outputsCount, const onnxTensorDescriptorV1* outputDescriptors);
-onnxStatus onnxRunGraph(onnxGraph graph, const onnxMemoryFenceV1* inputFence, onnxMemoryFenceV1* outputFence);
-onnxStatus onnxReleaseGraph(onnxGraph graph);
-onnxStatus onnxGetExtensionFunctionAddress(onnxBackendID backendID, const char* name,
-                                           onnxExtensionFunctionPointer* function);
-onnxStatus onnxSetIOAndRunGraph(onnxGraph graph, uint32_t inputsCount,
-                                const onnxTensorDescriptorV1* inputDescriptors, uint32_t outputsCount,
-                                const onnxTensorDescriptorV1* outputDescriptors, onnxMemoryFenceV1* outputFence);
-"""
+# The 17 functions (onnxifi-spec §6.1), parameters as (C type, name). From this one table come the
+# cffi entry points (`glowpy_onnxifi_<name>`, Python behind them) and the exported C functions.
+SIGNATURES: dict[str, list[tuple[str, str]]] = {
+    "onnxGetBackendIDs": [("onnxBackendID*", "backendIDs"), ("size_t*", "numBackends")],
+    "onnxReleaseBackendID": [("onnxBackendID", "backendID")],
+    "onnxGetBackendInfo": [("onnxBackendID", "backendID"), ("onnxBackendInfo", "infoType"), ("void*", "infoValue"),
+                           ("size_t*", "infoValueSize")],
+    "onnxGetBackendCompatibility": [("onnxBackendID", "backendID"), ("size_t", "onnxModelSize"),
+                                    ("const void*", "onnxModel")],
+    "onnxInitBackend": [("onnxBackendID", "backendID"), ("const uint64_t*", "auxPropertiesList"),
+                        ("onnxBackend*", "backend")],
+    "onnxReleaseBackend": [("onnxBackend", "backend")],
+    "onnxInitEvent": [("onnxBackend", "backend"), ("onnxEvent*", "event")],
+    "onnxSignalEvent": [("onnxEvent", "event")],
+    "onnxGetEventState": [("onnxEvent", "event"), ("onnxEventState*", "state")],
+    "onnxWaitEvent": [("onnxEvent", "event")],
+    "onnxReleaseEvent": [("onnxEvent", "event")],
+    "onnxInitGraph": [("onnxBackend", "backend"), ("const uint64_t*", "auxPropertiesList"), ("size_t", "onnxModelSize"),
+                      ("const void*", "onnxModel"), ("uint32_t", "weightsCount"),
+                      ("const onnxTensorDescriptorV1*", "weightDescriptors"), ("onnxGraph*", "graph")],
+    "onnxSetGraphIO": [("onnxGraph", "graph"), ("uint32_t", "inputsCount"),
+                       ("const onnxTensorDescriptorV1*", "inputDescriptors"), ("uint32_t", "outputsCount"),
+                       ("const onnxTensorDescriptorV1*", "outputDescriptors")],
+    "onnxRunGraph": [("onnxGraph", "graph"), ("const onnxMemoryFenceV1*", "inputFence"),
+                     ("onnxMemoryFenceV1*", "outputFence")],
+    "onnxReleaseGraph": [("onnxGraph", "graph")],
+    "onnxGetExtensionFunctionAddress": [("onnxBackendID", "backendID"), ("const char*", "name"),
+                                        ("onnxExtensionFunctionPointer*", "function")],
+    "onnxSetIOAndRunGraph": [("onnxGraph", "graph"), ("uint32_t", "inputsCount"),
+                             ("const onnxTensorDescriptorV1*", "inputDescriptors"), ("uint32_t", "outputsCount"),
+                             ("const onnxTensorDescriptorV1*", "outputDescriptors"),
+                             ("onnxMemoryFenceV1*", "outputFence")],
+}
+ENTRY_PREFIX = "glowpy_onnxifi_"
+
+
+def _params(name: str) -> str:
+    return ", ".join(f"{t} {n}" for t, n in SIGNATURES[name])
+
+
+def _entry_points() -> str:
+    """cffi `extern "Python"` functions. They return status + 1, so the 0 that cffi returns when its
+    Python side could not start (failed init, nothing attached) is told apart from SUCCESS."""
+    return "\n".join(f"int32_t {ENTRY_PREFIX}{name}({_params(name)});" for name in SIGNATURES)
+
+
+def _exports() -> str:
+    out = []
+    for name, params in SIGNATURES.items():
+        args = ", ".join(n for _, n in params)
+        out.append(f"ONNXIFI_PUBLIC onnxStatus ONNXIFI_ABI {name}({_params(name)}) {{\n"
+                   f"    int32_t status = {ENTRY_PREFIX}{name}({args});\n"
+                   f"    return status == 0 ? ONNXIFI_STATUS_INTERNAL_ERROR : status - 1;\n}}\n")
+    return "\n".join(out)
+
 
 _C_SOURCE = r"""
 #define ONNXIFI_BUILD_LIBRARY 1
@@ -100,6 +129,10 @@ __attribute__((constructor)) static void glowpy_onnxifi_preload(void) {
 #endif
     }
 }
+
+/* The Python entry points cffi defines below, and the exported spec functions over them. */
+GLOWPY_ENTRY_POINTS
+GLOWPY_EXPORTS
 
 /* Addresses handed out by onnxGetExtensionFunctionAddress (order of constants.EXTENSION_FUNCTIONS). */
 static uintptr_t glowpy_onnxifi_symbol(int which) {
@@ -129,6 +162,10 @@ install(ffi, lib)
 """
 
 
+def _c_source() -> str:
+    return _C_SOURCE.replace("GLOWPY_ENTRY_POINTS", _entry_points()).replace("GLOWPY_EXPORTS", _exports())
+
+
 def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -155,7 +192,7 @@ def _fingerprint() -> str:
     import cffi
 
     h = hashlib.sha256()
-    for part in (_CDEF, _API, _C_SOURCE, _init_code(), HEADER.read_text(), sys.version, libpython_path(),
+    for part in (_CDEF, _entry_points(), _c_source(), _init_code(), HEADER.read_text(), sys.version, libpython_path(),
                  sys.base_prefix, cffi.__version__):
         h.update(part.encode())
         h.update(b"\0")
@@ -196,10 +233,10 @@ def build(output_dir: str | os.PathLike | None = None, verbose: bool = False) ->
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     ffi = FFI()
     ffi.cdef(_CDEF)
-    ffi.embedding_api(_API)
+    ffi.embedding_api(_entry_points())
     ffi.set_source(
         MODULE_NAME,
-        _C_SOURCE,
+        _c_source(),
         include_dirs=[str(INCLUDE_DIR)],
         define_macros=[("GLOWPY_LIBPYTHON", _c_string(libpython_path())),
                        ("GLOWPY_PYTHONHOME", _c_string(sys.base_prefix)),

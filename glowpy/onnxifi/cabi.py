@@ -3,7 +3,8 @@
 `install(ffi, lib)` is called by the library's embedding init code (see `build.py`) inside the
 interpreter that serves the library: the host's own when a Python process loaded it through ctypes,
 an embedded one otherwise. cffi takes the GIL around every call (from any host thread) and returns
-INTERNAL_ERROR if something still escaped the API's own exception barrier.
+INTERNAL_ERROR if something still escaped the API's own exception barrier. The Python side returns
+status + 1 (see `build._entry_points`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from glowpy.errors import Status
 from glowpy.onnxifi import api
 from glowpy.onnxifi import constants as C
+from glowpy.onnxifi.build import ENTRY_PREFIX
 
 log = logging.getLogger("glowpy.onnxifi")
 
@@ -36,9 +38,9 @@ def install(ffi: Any, lib: Any) -> None:
         impl = getattr(api, name)
 
         def call(*args: Any, _impl: Any = impl) -> int:
-            return int(_impl(*[plain(a) for a in args]))
+            return int(_impl(*[plain(a) for a in args])) + 1  # the C export subtracts it again
 
-        ffi.def_extern(name=name, error=int(Status.INTERNAL_ERROR), onerror=_on_error)(call)
+        ffi.def_extern(name=ENTRY_PREFIX + name, error=int(Status.INTERNAL_ERROR) + 1, onerror=_on_error)(call)
 
     for name, index in _SYMBOL_INDEX.items():
         api.EXTENSION_ADDRESSES[name] = int(lib.glowpy_onnxifi_symbol(index))

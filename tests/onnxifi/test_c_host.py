@@ -188,3 +188,38 @@ def test_lib_under_a_python_host_subprocess(lib_path, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "backends 2 True" in proc.stdout
+
+
+BROKEN_HOST = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include "onnxifi.h"
+int main(int argc, char** argv) {
+  void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) { printf("dlopen failed\n"); return 2; }
+  onnxGetBackendIDsFunction ids = (onnxGetBackendIDsFunction)dlsym(lib, "onnxGetBackendIDs");
+  onnxReleaseGraphFunction release = (onnxReleaseGraphFunction)dlsym(lib, "onnxReleaseGraph");
+  size_t n = 0;
+  onnxStatus a = ids(NULL, &n);
+  onnxStatus b = release(NULL);
+  printf("statuses 0x%04x 0x%04x count %zu\n", (unsigned)a, (unsigned)b, n);
+  return 0;
+}
+"""
+
+
+def test_failed_python_start_is_an_error_not_success(host, tmp_path, monkeypatch):
+    """If the library's Python side cannot start, cffi would return 0 (SUCCESS) from every call; the
+    exported functions turn that into INTERNAL_ERROR."""
+    from glowpy.onnxifi import build as build_mod
+
+    monkeypatch.setattr(build_mod, "_INIT_CODE", "raise RuntimeError('init broken on purpose')\n")
+    broken = build_mod.build(tmp_path / "broken")
+    src = tmp_path / "broken.c"
+    src.write_text(BROKEN_HOST)
+    exe = tmp_path / "broken_host"
+    subprocess.run([shutil.which("cc") or "cc", "-I", str(INCLUDE_DIR), str(src), "-o", str(exe), "-ldl"], check=True)
+    proc = subprocess.run(["env", "-i", str(exe), str(broken)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "statuses 0x0406 0x0406 count 0" in proc.stdout
+    assert "init broken on purpose" in proc.stderr
