@@ -545,12 +545,20 @@ def slice_(ctx: NodeContext) -> list[Value]:
         a = ctx.axis(a, r)
         if st == 0:
             raise ctx.unsupported("slice step 0")
-        # Clamp like the ONNX spec; python's slice() then gives the same elements.
-        start, stop, step = slice(s, e, st).indices(x.shape[a])
-        out_s.append(start)
-        out_e.append(stop)
+        # Clamp like the ONNX spec: negative indices count from the end, then starts go to [0, dim] and
+        # ends to [0, dim] stepping forward, [0, dim - 1] and [-1, dim - 1] stepping backward (an end of
+        # -1 is "before 0"). Not python's slice.indices(): it maps a start below -dim to "nothing" when
+        # stepping backward, where ONNX clamps it to element 0.
+        dim = x.shape[a]
+        s, e = s + dim if s < 0 else s, e + dim if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), dim), min(max(e, 0), dim)
+        else:
+            s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
+        out_s.append(s)
+        out_e.append(e)
         out_a.append(a)
-        out_st.append(step)
+        out_st.append(st)
     if len(set(out_a)) != len(out_a):
         raise ctx.unsupported("repeated axes", found=list(axes))
     return ctx.emit("Slice", [x], {"starts": tuple(out_s), "ends": tuple(out_e), "axes": tuple(out_a),

@@ -285,6 +285,23 @@ def test_slice_inputs(backend, case):
     check(backend, "Slice", ins, opset=13)
 
 
+# Stepping backward from a start below -dim: the spec clamps the start to element 0 (so one element when
+# the end is before 0); onnx.reference slices like python (nothing), onnxruntime follows the spec.
+SLICE_BACKWARD_FROM_BELOW = {
+    "to-int-min": (-100, -(2**63), -1),
+    "to-below-dim": (-100, -6, -1),
+    "stride-2": (-100, -100, -2),
+    "to-0": (-7, 0, -1),
+}
+
+
+@pytest.mark.parametrize("case", list(SLICE_BACKWARD_FROM_BELOW))
+def test_slice_backward_from_below_dim(backend, case):
+    start, end, step = SLICE_BACKWARD_FROM_BELOW[case]
+    check(backend, "Slice", [randn(5, 3), ints(start), ints(end), ints(0), ints(step)], opset=13,
+          oracle="onnxruntime")
+
+
 @pytest.mark.parametrize("case", [c for c in SLICE if SLICE[c][4] is None])
 def test_slice_attributes(backend, case):
     """Opset < 10: starts/ends/axes are attributes, step 1."""
