@@ -534,6 +534,12 @@ class Checker:
     def _judge(self, index: int, node: NodeProto) -> NodeVerdict:
         name = node_display_name(node, index)
         op = node.op_type
+        if not op:
+            self._declare_outputs(node, {})
+            return self._verdict(index, node, InvalidModel("the node has no op_type", node=name))
+        for out in node.output:
+            if out and out in self.slots:  # SSA: every value has one producer
+                return self._verdict(index, node, InvalidModel(f"value '{out}' is produced twice", node=name, op=op))
         first = self.slots.get(node.input[0]) if node.input and node.input[0] else None
         try:
             entry, opset = check_node(node, self.opsets, [first.dtype if first is not None else None])
@@ -606,8 +612,6 @@ class Checker:
         for out in node.output:
             if not out:
                 continue
-            if out in self.slots and produced:
-                return InvalidModel(f"value '{out}' is produced twice", node=name, op=node.op_type, opset=opset)
             v = produced.get(out)
             if v is None:
                 self.slots.setdefault(out, self._declared_slot(out) or Slot())

@@ -6,6 +6,7 @@ symbolic dims bound from test data). Three sources:
 
 - `onnx_node_cases()`: every node test case of the installed onnx package
   (`onnx.backend.test.case.node`), compile-time operands given as initializers from the case's data;
+- `light_model_cases()`: onnx's light models whole;
 - `light_node_cases()`: every distinct node of onnx's light models as a one-node model, its operand
   and result types declared (ONNX shape inference), its weights absent;
 - `ops_cases()`: every one-node model the per-op tests (tests/ops) build, harvested by running
@@ -208,6 +209,16 @@ def _light_nodes(path: Path) -> Iterator[Case]:
 @functools.cache
 def light_node_cases() -> tuple[Case, ...]:
     return tuple(c for name in LIGHT_MODELS for c in _light_nodes(light_model_path(name)))
+
+
+@functools.cache
+def light_model_cases() -> tuple[Case, ...]:
+    """The light models whole, as files (the cheap path reads their initializers' dims only)."""
+    out = []
+    for name in LIGHT_MODELS:
+        m = onnx.load(str(light_model_path(name)))
+        out.append(Case(f"light_{name}", m, m))
+    return tuple(out)
 
 
 # --- the per-op tests' models ---------------------------------------------------------------------------

@@ -275,6 +275,14 @@ def test_dangling_input() -> None:
     assert v.status == Status.INVALID_MODEL and "'nowhere'" in v.reason and "'r'" in v.reason
 
 
+def test_value_produced_twice_and_missing_op_type() -> None:
+    nodes = [helper.make_node("Relu", ["X"], ["A"], name="r1"), helper.make_node("Neg", ["X"], ["A"], name="r2"),
+             helper.make_node("", ["A"], ["Y"], name="blank")]
+    r = glowpy.check(model(nodes, [vi("X", [2])], [vi("Y", [2])]))
+    assert [v.status for v in r.nodes] == [Status.SUCCESS, Status.INVALID_MODEL, Status.INVALID_MODEL]
+    assert "'A'" in r.nodes[1].reason and "'r2'" in r.nodes[1].reason and "'blank'" in r.nodes[2].reason
+
+
 def test_cycle() -> None:
     nodes = [helper.make_node("Relu", ["B"], ["A"], name="r1"), helper.make_node("Relu", ["A"], ["B"], name="r2")]
     r = glowpy.check(model(nodes, [], [vi("B", [2])]))
