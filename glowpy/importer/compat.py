@@ -434,27 +434,11 @@ class Checker:
                 self.slots[t.name] = Slot(None, dims, error=err, weight=True)
                 self._unused_bad[t.name] = err
                 continue
-            err = self._payload_size_error(t, dtype, dims)
-            # An empty weight's value is known without reading anything.
+            # Only dims and data_type: even len(t.raw_data) would copy the payload. An empty weight's
+            # value is known without reading anything.
             empty = np.zeros(dims, dtype) if 0 in dims else None
             value = Value(t.name, TensorType(dtype, dims), "constant", data=empty)
-            self.slots[t.name] = Slot(dtype, dims, value, error=err, weight=True)
-            if err is not None:
-                self._unused_bad[t.name] = err
-
-    @staticmethod
-    def _payload_size_error(t: TensorProto, dtype: np.dtype, dims: tuple[int, ...]) -> GlowpyError | None:
-        """The payload's length against its dims, without reading it (a cut-off raw_data fails the full
-        import as well)."""
-        if t.data_location == TensorProto.EXTERNAL or not t.HasField("raw_data"):
-            return None
-        want = math.prod(dims) * dtype.itemsize
-        if dtype == np.bool_:
-            want = math.prod(dims)
-        if len(t.raw_data) != want:
-            return InvalidModel(f"initializer '{t.name}' cannot be read: raw_data has the wrong size",
-                                expected=f"{want} bytes", found=f"{len(t.raw_data)} bytes")
-        return None
+            self.slots[t.name] = Slot(dtype, dims, value, weight=True)
 
     def _declare_inputs(self, inputs: Sequence[ValueInfoProto]) -> None:
         seen: set[str] = set()
@@ -641,21 +625,24 @@ class Checker:
         return None
 
     def _big_constant(self, node: NodeProto) -> bool:
+        """A Constant whose tensor is a weight (large, or in an external file): typed, never read."""
         for a in node.attribute:
             if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                return math.prod(a.t.dims) > CONSTANT_LIMIT
+                return math.prod(a.t.dims) > CONSTANT_LIMIT or a.t.data_location == TensorProto.EXTERNAL
         return False
 
     def _big_constant_verdict(self, index: int, node: NodeProto, name: str, opset: int) -> NodeVerdict:
         # A Constant holding a weight: typed from its dims and data_type, its payload is not read.
         t = next(a.t for a in node.attribute if a.name == "value")
         if len(node.attribute) != 1:
+            self._declare_outputs(node, {})
             return self._verdict(index, node, UnsupportedAttribute(
                 "Constant needs exactly one value attribute", node=name, op=node.op_type, opset=opset, expected=1,
                 found=len(node.attribute)))
         try:
             dtype = dtype_from_onnx(t.data_type)
         except UnsupportedDatatype:
+            self._declare_outputs(node, {})
             return self._verdict(index, node, UnsupportedDatatype(
                 "constant element type not supported", node=name, op=node.op_type, opset=opset,
                 found=TensorProto.DataType.Name(t.data_type)))

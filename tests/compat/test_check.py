@@ -441,3 +441,18 @@ def test_cli(tmp_path: Path, run_cli) -> None:
     assert p.returncode == 2 and "INVALID_PROTOBUF" not in p.stdout and p.stderr
     p = run_cli(str(tmp_path / "absent.onnx"), "--json")
     assert p.returncode == 2 and json.loads(p.stdout)["readable"] is False
+
+
+def test_big_constant_node_is_typed_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    w = np.ones((64, 3, 5, 5), np.float32)  # over the size a shape-like constant has
+    nodes = [helper.make_node("Constant", [], ["W"], name="weight", value=numpy_helper.from_array(w)),
+             helper.make_node("Conv", ["X", "W"], ["Y"], name="conv")]
+    m = model(nodes, [vi("X", [1, 3, 8, 8])], [vi("Y", [1, 64, 4, 4])])
+
+    def refuse(*a, **k):
+        raise AssertionError("the cheap path converted a weight")
+
+    monkeypatch.setattr(numpy_helper, "to_array", refuse)
+    r = glowpy.check(m)
+    assert r.supported and [v.status for v in r.nodes] == [Status.SUCCESS] * 2
+    assert "shapes not checked" not in r.nodes[1].reason
