@@ -120,13 +120,14 @@ def test_c_host_contract_and_small_model(host, lib_path, tmp_path, relu_model, a
     x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
     expected = onnxruntime_outputs(proto, {"x": x})
     cpu_compat = "0" if _cpu_landed() else "1"
+    case = write_case(tmp_path, proto, {"x": x}, expected, "small") + "tolerance 1e-4 1e-4\nrun 2\n"
     script = (f"backend Interpreter\ncompat {tmp_path / 'relu.onnx'} 0\ncompat {tmp_path / 'unknown.onnx'} 0x203\n"
-              f"contract {tmp_path / 'relu.onnx'} {tmp_path / 'add.onnx'}\n"
-              + write_case(tmp_path, proto, {"x": x}, expected, "small") + "tolerance 1e-4 1e-4\nrun 2\n"
-              + f"backend CPU\ncompat {tmp_path / 'relu.onnx'} {cpu_compat}\ncompat {tmp_path / 'unknown.onnx'} 0x203\n")
+              f"contract {tmp_path / 'relu.onnx'} {tmp_path / 'add.onnx'}\n" + case
+              + f"backend CPU\ncompat {tmp_path / 'relu.onnx'} {cpu_compat}\ncompat {tmp_path / 'unknown.onnx'} 0x203\n"
+              + (case if _cpu_landed() else ""))
     out = run_host(host, lib_path, script, tmp_path)
     assert 'backend 0: "Glowpy CPU JIT"' in out and 'backend 1: "Glowpy Interpreter"' in out
-    assert "output y matches" in out
+    assert out.count("output y matches") == (4 if _cpu_landed() else 2)
 
 
 def test_c_host_resnet50_matches_onnxruntime(host, lib_path, tmp_path, random_model):
@@ -138,7 +139,7 @@ def test_c_host_resnet50_matches_onnxruntime(host, lib_path, tmp_path, random_mo
     x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
     expected = onnxruntime_outputs(proto, {name: x})
     script = (f"backend {RUN_BACKEND}\n" + write_case(tmp_path, proto, {name: x}, expected, "resnet50")
-              + "tolerance 1e-5 1e-3\nrun 2\n")
+              + "tolerance 5e-5 5e-3\nrun 2\n")
     del proto
     out = run_host(host, lib_path, script, tmp_path)
     assert f"using backend \"Glowpy {'CPU JIT' if RUN_BACKEND == 'CPU' else 'Interpreter'}\"" in out
