@@ -99,6 +99,19 @@ def test_conv_configs(name: str) -> None:
     _run_and_check(x_shape, w_shape, attrs, residual=name.endswith(("_56", "_7x7", "dw", "g4", "2_3x3", "chunked", "batch2", "asym")))
 
 
+@pytest.mark.parametrize("name", ["resnet_3x3_28", "resnet_conv1_7x7s2", "squeeze_1x1_M1000", "direct_chunked",
+                                  "resnet_3x3_7x7", "chanvec_chunked_batch2", "chanvec_3x3_groups_chunked",
+                                  "alex_g2_5x5"])
+def test_chunked_reduction(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiny cache budgets force many reduction chunks (partial sums through out / scratch)."""
+    from glowpy.backends.cpu.kernels import conv
+
+    monkeypatch.setattr(conv, "L1_PANEL_BYTES", 2048)
+    monkeypatch.setattr(conv, "L2_WEIGHT_BYTES", 16384)
+    x_shape, w_shape, attrs = CONFIGS[name]
+    _run_and_check(x_shape, w_shape, attrs, residual=True, activation="tanh", threads=(1, 3))
+
+
 ACTS = [("none", ()), ("relu", ()), ("clip", (-0.5, 0.7)), ("leaky_relu", (0.1,)), ("sigmoid", ()), ("tanh", ())]
 
 
