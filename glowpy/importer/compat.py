@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
-from onnx import ModelProto, NodeProto, TensorProto, ValueInfoProto
+from onnx import ModelProto, NodeProto, TensorProto, ValueInfoProto, helper, numpy_helper
 
 from glowpy.errors import (
     GlowpyError,
@@ -47,10 +47,10 @@ from glowpy.errors import (
 from glowpy.importer import ops as _ops  # noqa: F401  (fills the op table)
 from glowpy.importer.context import NodeContext
 from glowpy.importer.onnx_import import declared_type, model_opsets, read_model
-from glowpy.importer.table import OnnxOp, check_node, require_const_operand
+from glowpy.importer.table import OnnxOp, check_node, normalize_domain, require_const_operand
 from glowpy.ir.graph import Node, Value
 from glowpy.ir.ops import get_op
-from glowpy.ir.types import TensorType, dtype_from_onnx
+from glowpy.ir.types import TensorType, dtype_from_onnx, dtype_to_onnx
 
 if TYPE_CHECKING:
     from glowpy.backends.base import Backend
@@ -598,7 +598,8 @@ class Checker:
                 continue
             v = produced.get(out)
             if v is None:
-                self.slots.setdefault(out, self._declared_slot(out) or Slot())
+                if out not in self.slots:
+                    self.slots[out] = self._declared_slot(out) or self._schema_slots(node).get(out) or Slot()
                 continue
             self.slots[out] = Slot(v.dtype, v.shape, v)
             info = self.graph_outputs.get(out)
@@ -607,6 +608,39 @@ class Checker:
                 if err is not None:
                     return err.at(node=name, op=node.op_type, opset=opset)
         return None
+
+    def _schema_slots(self, node: NodeProto) -> dict[str, Slot]:
+        """Output types of a node glowpy did not convert (rejected, or its output shape hangs on an
+        unread operand), from ONNX's own inference over the input types, so the nodes after it are
+        still checked. Best effort: {} when ONNX cannot tell."""
+        types: dict[str, onnx.TypeProto] = {}
+        data: dict[str, TensorProto] = {}
+        for x in node.input:
+            if not x:
+                continue
+            slot = self.slots.get(x)
+            if slot is None or slot.dtype is None or slot.dims is None:
+                return {}
+            types[x] = helper.make_tensor_type_proto(dtype_to_onnx(slot.dtype), list(slot.dims))
+            if slot.value is not None and slot.value.data is not None and slot.value.data.size <= FOLD_LIMIT:
+                data[x] = numpy_helper.from_array(np.ascontiguousarray(slot.value.data), x)
+        try:
+            schema = onnx.defs.get_schema(node.op_type, self.opsets.get(normalize_domain(node.domain), 1), node.domain)
+            found = onnx.shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=list(
+                self.model.opset_import), ir_version=self.model.ir_version)
+        except Exception:  # noqa: BLE001  (no schema, or ONNX's inference refuses: the types stay unknown)
+            return {}
+        out: dict[str, Slot] = {}
+        for name, tp in found.items():
+            info = helper.make_value_info(name, tp)
+            try:
+                dtype, dims = declared_type(info)
+            except GlowpyError:
+                continue
+            shape = _static(dims)
+            value = Value(name, TensorType(dtype, shape), "node") if dtype is not None and shape is not None else None
+            out[name] = Slot(dtype, None if dims is None else tuple(dims), value)
+        return out
 
     @staticmethod
     def _check_declared(info: ValueInfoProto, t: TensorType) -> GlowpyError | None:

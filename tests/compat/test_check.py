@@ -183,6 +183,14 @@ def test_downstream_of_a_rejected_node_uses_declared_types() -> None:
     assert r.nodes[1].status == Status.MISMATCHING_SHAPE and "'conv'" in r.nodes[1].reason  # 2 vs 3 channels
 
 
+def test_downstream_of_a_rejected_node_uses_onnx_inference() -> None:
+    # No value_info for A: ONNX's own inference for Sin gives its type, so the Conv is still checked.
+    nodes = [helper.make_node("Sin", ["X"], ["A"], name="bad"),
+             helper.make_node("Conv", ["A", "W"], ["Y"], name="conv")]
+    r = glowpy.check(model(nodes, [vi("X", [1, 2, 8, 8]), vi("W", [4, 3, 3, 3])], [vi("Y", None)]))
+    assert [v.status for v in r.nodes] == [Status.UNSUPPORTED_OPERATOR, Status.MISMATCHING_SHAPE]
+
+
 # --- shapes and types from declarations ------------------------------------------------------------------
 
 
