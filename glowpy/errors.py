@@ -91,6 +91,11 @@ class GlowpyError(Exception):
         return self
 
     def _compose(self) -> str:
+        # Names come from untrusted protobufs: bytes that are not UTF-8 must not break the message.
+        for key in ("node", "op"):
+            value = getattr(self, key)
+            if isinstance(value, bytes):
+                setattr(self, key, value.decode("utf-8", "replace"))
         where = ""
         if self.node is not None or self.op is not None:
             detail = ", ".join(

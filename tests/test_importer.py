@@ -221,3 +221,18 @@ def test_errors_carry_statuses() -> None:
     assert len(codes) == 7
     e = UnsupportedAttribute("bad", node="n", op="Conv", opset=13, expected="x", found="y")
     assert str(e) == "node 'n' (Conv, opset 13): bad (expected x, found y)"
+
+
+@pytest.mark.parametrize("op, inputs", [("Reshape", ["x"]), ("Expand", ["x"]), ("ConstantOfShape", [])])
+def test_missing_required_operand_is_invalid_model(op: str, inputs: list[str]) -> None:
+    node = helper.make_node(op, inputs, ["y"], name="n1")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(InvalidModel, match=rf"node 'n1' \({op}, opset 13\): required input \d is missing"):
+        glowpy.load(model)
+
+
+def test_error_message_survives_non_utf8_names() -> None:
+    e = UnsupportedOperator("not supported", node=b"\xff\xfe", op=b"Re\xfflu")
+    assert "Re\ufffdlu" in str(e)

@@ -71,6 +71,11 @@ class NodeContext:
         data = self.const(i)
         return default if data is None else tuple(int(x) for x in np.asarray(data).reshape(-1))
 
+    def required_ints(self, i: int) -> tuple[int, ...]:
+        """const_ints of an operand the op cannot do without (a missing one is an invalid model)."""
+        self.input(i)
+        return self.const_ints(i)
+
     # --- emitting -----------------------------------------------------------------------------
 
     def emit(self, op: str, inputs: list[Value], attrs: dict[str, Any] | None = None) -> list[Value]:

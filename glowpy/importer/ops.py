@@ -184,7 +184,7 @@ def constant(ctx: NodeContext) -> list[Value]:
 @onnx_op("ConstantOfShape", attrs={"value": TENSOR}, dtypes=frozenset({np.dtype(np.int64)}), const_inputs=(0,),
          since=9, output_shape_input=0)
 def constant_of_shape(ctx: NodeContext) -> list[Value]:
-    shape = ctx.const_ints(0)
+    shape = ctx.required_ints(0)
     value = ctx.attr("value")
     if value is None:
         fill = np.zeros(1, dtype=np.float32)
@@ -435,7 +435,7 @@ def reshape_target(ctx: NodeContext, x: Value, spec: tuple[int, ...], allowzero:
 @onnx_op("Reshape", attrs={"allowzero": BOOL_INT}, dtypes=ALL_TYPES, const_inputs=(1,), output_shape_input=1)
 def reshape(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
-    shape = reshape_target(ctx, x, ctx.const_ints(1), ctx.attr("allowzero", 0))
+    shape = reshape_target(ctx, x, ctx.required_ints(1), ctx.attr("allowzero", 0))
     return ctx.emit("Reshape", [x], {"shape": shape})
 
 
@@ -578,7 +578,7 @@ def gather(ctx: NodeContext) -> list[Value]:
 
 @onnx_op("Expand", dtypes=ALL_TYPES, const_inputs=(1,), since=8, output_shape_input=1)
 def expand(ctx: NodeContext) -> list[Value]:
-    return ctx.emit("Expand", [ctx.input(0)], {"shape": ctx.const_ints(1)})
+    return ctx.emit("Expand", [ctx.input(0)], {"shape": ctx.required_ints(1)})
 
 
 @onnx_op("Shape", attrs={"start": INT, "end": INT}, dtypes=ALL_TYPES)
