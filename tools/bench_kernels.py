@@ -140,7 +140,7 @@ class ThreadPool:
 
 
 def time_kernel(k: JitKernel, out, x, third=None, nthreads: int = 1, repeats: int = 7,
-                pool: ThreadPool | None = None, min_time: float = 0.02) -> float:
+                pool: ThreadPool | None = None, min_time: float = 0.02, cpu_clock: bool = False) -> float:
     """Median seconds per call over `repeats` batches (each batch runs >= min_time)."""
     ptrs = [out.ctypes.data, x.ctypes.data, None if third is None else third.ctypes.data]
     scratch = k._scratch_for(nthreads)
@@ -155,18 +155,7 @@ def time_kernel(k: JitKernel, out, x, third=None, nthreads: int = 1, repeats: in
         else:
             pool.run(job)
 
-    once()
-    t0 = time.perf_counter()
-    once()
-    single = time.perf_counter() - t0
-    inner = max(1, int(min_time / max(single, 1e-7)))
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            once()
-        samples.append((time.perf_counter() - t0) / inner)
-    return statistics.median(samples)
+    return time_numpy(once, repeats, min_time, cpu_clock=cpu_clock and nthreads == 1)
 
 
 def blas_threads(n: int) -> bool:
@@ -185,17 +174,20 @@ def blas_threads(n: int) -> bool:
     return False
 
 
-def time_numpy(fn: Callable[[], object], repeats: int = 7, min_time: float = 0.02) -> float:
+def time_numpy(fn: Callable[[], object], repeats: int = 7, min_time: float = 0.02, cpu_clock: bool = False) -> float:
+    """Median seconds per call of fn over `repeats` batches. cpu_clock: this thread's CPU time instead of
+    wall time (single-threaded work only; robust when other processes compete for the cores)."""
+    clock = time.thread_time if cpu_clock else time.perf_counter
     fn()
     t0 = time.perf_counter()
     fn()
     inner = max(1, int(min_time / max(time.perf_counter() - t0, 1e-7)))
     samples = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(inner):
             fn()
-        samples.append((time.perf_counter() - t0) / inner)
+        samples.append((clock() - t0) / inner)
     return statistics.median(samples)
 
 
@@ -240,7 +232,7 @@ def _conv_flops(layer: dict) -> float:
     return 2.0 * n * m * oh * ow * cg * kh * kw, (n, m, oh, ow)
 
 
-def ort_latency(threads: int, repeats: int) -> float:
+def ort_latency(threads: int, repeats: int, cpu_clock: bool = False) -> float:
     import onnxruntime as ort
 
     from tools.prepare_models import prepare
@@ -251,7 +243,9 @@ def ort_latency(threads: int, repeats: int) -> float:
     sess = ort.InferenceSession(str(prepare("resnet50")), opts, providers=["CPUExecutionProvider"])
     inp = sess.get_inputs()[0]
     x = np.random.default_rng(0).standard_normal([d if isinstance(d, int) else 1 for d in inp.shape]).astype(np.float32)
-    return time_numpy(lambda: sess.run(None, {inp.name: x}), repeats=repeats, min_time=0.3)
+    # one intra-op thread runs on the calling thread, so its CPU time is the model's
+    return time_numpy(lambda: sess.run(None, {inp.name: x}), repeats=repeats, min_time=0.3,
+                      cpu_clock=cpu_clock and threads == 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,11 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--no-ort", action="store_true", help="skip the onnxruntime whole-model comparison")
     ap.add_argument("--layers", type=int, nargs="*", help="only these layer indices")
+    ap.add_argument("--cpu-clock", action="store_true",
+                    help="single-thread columns in thread CPU time (robust on a loaded machine); 2T stays wall")
     args = ap.parse_args(argv)
     vw = host_vector_width()
     pools = {t: ThreadPool(t) for t in args.threads if t > 1}
     rng = np.random.default_rng(0)
-    print(f"glowpy kernels, vector width {vw}; medians of {args.repeats} repeats (shared machine: noisy)")
+    clock = "1T: thread CPU time, 2T+: wall" if args.cpu_clock else "wall clock"
+    print(f"glowpy kernels, vector width {vw}; medians of {args.repeats} repeats, {clock} (shared machine: noisy)")
     cols = "".join(f" | {t}T GF/s   ms  numpy" for t in args.threads)
     print(f"{'#':>2} {'layer (C,H,W)->(M,C/g,KH,KW) stride pad':<44}{'n':>3}{cols}")
     totals = dict.fromkeys(args.threads, 0.0)
@@ -287,10 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         xa = rng.standard_normal((cg * kh * kw, oshape[2] * oshape[3])).astype(np.float32)
         row = ""
         for t in args.threads:
-            sec = time_kernel(k, out, x, nthreads=t, repeats=args.repeats, pool=pools.get(t))
+            sec = time_kernel(k, out, x, nthreads=t, repeats=args.repeats, pool=pools.get(t), cpu_clock=args.cpu_clock)
             totals[t] += sec * layer["count"]
             blas_threads(t)
-            np_sec = time_numpy(lambda a=wa, b=xa: a @ b, args.repeats)
+            np_sec = time_numpy(lambda a=wa, b=xa: a @ b, args.repeats, cpu_clock=args.cpu_clock and t == 1)
             row += f" | {flops / sec / 1e9:7.1f} {sec * 1e3:6.3f} {flops / np_sec / 1e9:6.1f}"
         desc = (f"{tuple(layer['x_shape'][1:])}->{tuple(int(d) for d in layer['w'].shape)} s{layer['strides'][0]} "
                 f"p{layer['pads'][0]}")
@@ -310,9 +307,10 @@ def main(argv: list[str] | None = None) -> int:
         flops = 2.0 * m_ * n_ * k_
         row = ""
         for t in args.threads:
-            sec = time_kernel(k, out, a, None if const else bmat, nthreads=t, repeats=args.repeats, pool=pools.get(t))
+            sec = time_kernel(k, out, a, None if const else bmat, nthreads=t, repeats=args.repeats, pool=pools.get(t),
+                              cpu_clock=args.cpu_clock)
             blas_threads(t)
-            np_sec = time_numpy(lambda a=a, b=opb: a @ b, args.repeats)
+            np_sec = time_numpy(lambda a=a, b=opb: a @ b, args.repeats, cpu_clock=args.cpu_clock and t == 1)
             row += f" | {flops / sec / 1e9:7.1f} {sec * 1e3:6.3f} {flops / np_sec / 1e9:6.1f}"
         desc = f"gemm {m_}x{n_}x{k_}, B{'^T' if b_trans else ''} {'constant' if const else 'runtime'}"
         print(f"{'':>2} {desc:<44}{'':>3}{row}", flush=True)
@@ -323,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     for t in args.threads:
         line = f"ResNet-50 conv layers, {t} thread(s): sum {totals[t] * 1e3:.1f} ms"
         if not args.no_ort:
-            ort_s = ort_latency(t, args.repeats)
+            ort_s = ort_latency(t, args.repeats, args.cpu_clock)
             line += f"; onnxruntime whole model {ort_s * 1e3:.1f} ms (ratio {totals[t] / ort_s:.2f})"
         print(line, flush=True)
     return 0
