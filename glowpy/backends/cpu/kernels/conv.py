@@ -98,7 +98,8 @@ class _Panel:
         b = vx.b
         self.vx, self.geo, self.nvec = vx, geo, nvec
         base = vx.splat(b.trunc(p0, I32), name="p0v")
-        self.p = [b.add(base, b.add(vx.iota, vx.iconst(v * vx.vw)), name=f"p{v}") for v in range(nvec)]
+        self.p = [b.add(base, b.add(vx.iota, vx.iconst(v * vx.vw), name="lanes"), name=f"pix{v}")
+                  for v in range(nvec)]
         self.lane_masks = [None] * nvec
         if last_lanes:
             self.lane_masks[-1] = vx.lane_mask(last_lanes)
@@ -125,8 +126,8 @@ class _Panel:
             per_v = []
             for v in range(self.nvec):
                 if geo.shift:
-                    iy = b.add(self.oh[v], vx.iconst(dy))
-                    ix = b.add(self.ow[v], vx.iconst(dx))
+                    iy = b.add(self.oh[v], vx.iconst(dy), name="iy")
+                    ix = b.add(self.ow[v], vx.iconst(dx), name="ix")
                     per_v.append((dy * geo.W + dx + v * vx.vw, self.valid(v, iy, ix)))
                 else:
                     iy = b.add(b.mul(self.oh[v], vx.iconst(geo.sh)), vx.iconst(dy), name="iy")
@@ -215,8 +216,9 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
     vx = VecIR(module, b, vw)
     buf = None
     if not direct:
-        raw = b.ptrtoint(scratch_p, I64)
-        buf = b.inttoptr(b.and_(b.add(raw, ir.Constant(I64, 63)), ir.Constant(I64, ~63)), PTR, name="panel.buf")
+        raw = b.ptrtoint(scratch_p, I64, name="scratch.addr")
+        up = b.add(raw, ir.Constant(I64, 63), name="scratch.up")
+        buf = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="panel.buf")
 
     lo, hi = thread_range(vx, tid, nthreads, geo.N * geo.group * nblocks * mblocks)
 
@@ -350,8 +352,9 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
     v8 = VecIR(module, b, 8)
     pbuf = cbuf = None
     if scratch_bytes:
-        raw = b.ptrtoint(scratch_p, I64)
-        base = b.inttoptr(b.and_(b.add(raw, ir.Constant(I64, 63)), ir.Constant(I64, ~63)), PTR, name="scratch.al")
+        raw = b.ptrtoint(scratch_p, I64, name="scratch.addr")
+        up = b.add(raw, ir.Constant(I64, 63), name="scratch.up")
+        base = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="scratch.base")
         pbuf = base
         cbuf = vx.gep(base, pbuf_floats, name="partials")
     lo, hi = thread_range(vx, tid, nthreads, units)

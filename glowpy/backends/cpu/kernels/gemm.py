@@ -170,11 +170,11 @@ class VecIR:
                     continue
                 if k == 0:
                     continue
-                t = v if k == 1 else b.mul(v, ir.Constant(I64, int(k)))
-            acc = t if acc is None else b.add(acc, t)
+                t = v if k == 1 else b.mul(v, ir.Constant(I64, int(k)), name="scaled")
+            acc = t if acc is None else b.add(acc, t, name="off")
         if acc is None:
             return ir.Constant(I64, const)
-        return acc if const == 0 else b.add(acc, ir.Constant(I64, const))
+        return acc if const == 0 else b.add(acc, ir.Constant(I64, const), name="off")
 
     # --- vector memory ---
     def load(self, ptr, mask=None, name: str = ""):
@@ -218,11 +218,11 @@ class VecIR:
         """Broadcast a float or i32 scalar value to all lanes."""
         vty = self.vty if scalar.type == F32 else self.ity
         undef = ir.Constant(vty, ir.Undefined)
-        one = self.b.insert_element(undef, scalar, ir.Constant(I32, 0))
+        one = self.b.insert_element(undef, scalar, ir.Constant(I32, 0), name=f"{name}.lane0" if name else "")
         return self.b.shuffle_vector(one, undef, ir.Constant(self.ity, [0] * self.vw), name=name)
 
     def load_splat(self, ptr, name: str = ""):
-        return self.splat(self.b.load(ptr, align=4, typ=F32), name=name)
+        return self.splat(self.b.load(ptr, align=4, typ=F32, name=f"{name}.s" if name else ""), name=name)
 
     def lane_mask(self, count: int):
         """Constant mask with the first `count` lanes on."""
@@ -336,8 +336,8 @@ def thread_range(vx: VecIR, tid, nthreads, total: int):
     t = b.sext(tid, I64, name="tid64")
     n = b.sext(nthreads, I64, name="nthreads64")
     tot = ir.Constant(I64, total)
-    lo = b.udiv(b.mul(t, tot), n, name="unit.lo")
-    hi = b.udiv(b.mul(b.add(t, ir.Constant(I64, 1)), tot), n, name="unit.hi")
+    lo = b.udiv(b.mul(t, tot, name="lo.num"), n, name="unit.lo")
+    hi = b.udiv(b.mul(b.add(t, ir.Constant(I64, 1), name="tid.next"), tot, name="hi.num"), n, name="unit.hi")
     return lo, hi
 
 
@@ -376,10 +376,10 @@ def panel_walk(vx: VecIR, *, lo, hi, mblocks: int, body) -> None:
     b.position_at_end(work)
     panel = b.udiv(u, mbs, name="panel")
     mb_lo = b.urem(u, mbs, name="mb.lo")
-    left = b.add(mb_lo, b.sub(hi, u), name="mb.want")
+    left = b.add(mb_lo, b.sub(hi, u, name="units.left"), name="mb.want")
     mb_hi = imin(b, left, mbs, name="mb.hi")
     body(panel, mb_lo, mb_hi)
-    u.add_incoming(b.add(u, b.sub(mb_hi, mb_lo), name="unit.next"), b.block)
+    u.add_incoming(b.add(u, b.sub(mb_hi, mb_lo, name="mb.count"), name="unit.next"), b.block)
     b.branch(head)
     b.position_at_end(done)
 
@@ -501,8 +501,9 @@ def emit_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, a_trans: 
     bl = builder
     if pack_b:
         # align the private panel to a cache line (the caller promises nothing)
-        raw = bl.ptrtoint(scratch_p, I64)
-        aligned = bl.and_(bl.add(raw, ir.Constant(I64, 63)), ir.Constant(I64, ~63))
+        raw = bl.ptrtoint(scratch_p, I64, name="scratch.addr")
+        aligned = bl.and_(bl.add(raw, ir.Constant(I64, 63), name="scratch.up"), ir.Constant(I64, ~63),
+                          name="scratch.al")
         panel_buf = bl.inttoptr(aligned, PTR, name="panel.buf")
 
     lo, hi = thread_range(vx, tid, nthreads, nblocks * mblocks)
