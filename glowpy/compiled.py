@@ -38,7 +38,7 @@ def check_feed(name: str, array: Any, expected_dtype: np.dtype, expected_shape: 
     if tuple(array.shape) != tuple(expected_shape):
         raise MismatchingShape(f"input '{name}' has the wrong shape", expected=list(expected_shape),
                                found=list(array.shape))
-    return np.ascontiguousarray(array)
+    return np.require(array, requirements="C")  # (ascontiguousarray would make a 0-d feed 1-d)
 
 
 class CompiledModel:

@@ -54,11 +54,7 @@ def test_unary_size1(backend):
     check(backend, "Tanh", [randn(1, 1, 3)], opset=13)
 
 
-def test_unary_scalar_feed(backend, request):
-    if backend == "interpreter":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="glowpy/compiled.py check_feed: np.ascontiguousarray turns a 0-d feed into shape "
-                                "(1,), which the interpreter passes on (not a file of the op tests; reported)"))
+def test_unary_scalar_feed(backend):
     check(backend, "Exp", [np.array(0.5, dtype=F32)], opset=13)
 
 
