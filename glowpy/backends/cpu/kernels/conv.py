@@ -8,7 +8,14 @@ B is read as vectors along p:
   one panel of B (K x NR pixels) is packed with masked contiguous loads (the mask zeroes padding).
 - anything else (strides, other paddings): the panel is packed with masked gathers.
 A panel is packed once per thread into its scratch and reused by every row block of output channels.
+Small maps (7x7, 6x6, 1x1) would waste vector lanes over pixels, so there the tile is transposed: a few
+pixels broadcast x vectors of output channels, and the epilogue scatters down NCHW columns.
 Depthwise convs (group == C == M) get a direct loop: per channel, vectors of output pixels, fma per tap.
+
+Contract for callers: the work (pixel panels x row blocks, or channel planes) is split in contiguous,
+balanced ranges by (tid, nthreads), any nthreads >= 1; a thread writes only its outputs and its scratch.
+No alignment is assumed for any pointer. `out` must not overlap `x`; it may be the residual buffer itself
+(every output element is read as residual before it is first written, by the same thread).
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ operand and issues MR * NV fma's. Every operand address is base + compile-time s
 micro-kernel serves conv (A = packed weights, B = an im2col panel or the input itself) and gemm
 (A = the runtime left operand, B = packed constant or runtime right operand). Edges are handled by a
 smaller MR (rows) and by masked loads/stores on the last vector (columns), never by scalar code.
+
+emit_gemm: constant B is packed at compile time into [N/NR][K][NR] panels (zero-padded); a runtime B
+is read in place (row-major K x N) or, when transposed, gathered panel by panel into scratch. Threads
+split (column panel, row block) tiles in contiguous ranges; no pointer alignment is assumed.
 """
 
 from __future__ import annotations
