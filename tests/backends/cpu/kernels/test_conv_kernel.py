@@ -159,12 +159,20 @@ def test_more_threads_than_work() -> None:
     _run_and_check((1, 4, 3, 3), (5, 4, 1, 1), {}, threads=(1, 7, 16))
 
 
-def test_in_place_residual() -> None:
-    """out may be the residual buffer itself (a memory plan's in-place add)."""
-    x_shape, w_shape, attrs = CONFIGS["resnet_3x3_28"]
+@pytest.mark.parametrize("name,chunked", [("resnet_3x3_28", False), ("resnet_3x3_28", True), ("shuffle_dw", False),
+                                          ("chanvec_chunked_batch2", True), ("resnet_1x1_56", True)])
+def test_in_place_residual(name: str, chunked: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """out may be the residual buffer itself (a memory plan's in-place add), chunked reductions included."""
+    from glowpy.backends.cpu.kernels import conv
+
+    if chunked:
+        monkeypatch.setattr(conv, "L1_PANEL_BYTES", 2048)
+        monkeypatch.setattr(conv, "L2_WEIGHT_BYTES", 16384)
+    x_shape, w_shape, attrs = CONFIGS[name]
     x, w, b, res, out_shape = _data(x_shape, w_shape, attrs, residual=True)
     kern = conv_kernel(x_shape, w, b, activation="relu", residual=True, **attrs)
-    ref = conv_ref(x, w, b, (1, 1), attrs["pads"], (1, 1), 1, res, "relu")
+    ref = conv_ref(x, w, b, attrs.get("strides", (1, 1)), attrs.get("pads", (0, 0, 0, 0)), (1, 1),
+                   attrs.get("group", 1), res, "relu")
     for nt in (1, 2):
         buf = res.copy()
         kern(buf, x, buf, nthreads=nt)
