@@ -8,7 +8,8 @@ a planned activation arena and the caller's input/output arrays.
 
 Compile options: `threads` (default $GLOWPY_NUM_THREADS, else the machine's CPU count), `cache`
 (default True: reuse and store object code in the on-disk cache), `fast_kernels` (default True:
-use the tiled float32 Conv / Gemm generators when present; False forces the plain kernels).
+use the tiled float32 Conv / Gemm generators when present; False forces the plain kernels), `profile`
+(default False: stamp the cycle counter around every step; `executable.profile()` after a run).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ from glowpy.errors import (
 from glowpy.ir.graph import Graph, Node
 from glowpy.ir.ops import OPS
 
-OPTIONS = ("threads", "cache", "fast_kernels")
+OPTIONS = ("threads", "cache", "fast_kernels", "profile")
 MAX_THREADS = 256
+# Outputs come from np.empty (16-byte aligned at least); kernels assume element alignment only.
 _ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
@@ -75,14 +77,6 @@ def resolve_threads(threads: Any = None) -> int:
     if not 1 <= n <= MAX_THREADS:
         raise UnsupportedAttribute(f"{source} must be between 1 and {MAX_THREADS}", expected="1..256", found=n)
     return n
-
-
-def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int = 64) -> np.ndarray:
-    dtype = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(n + align, dtype=np.uint8)
-    start = (-raw.ctypes.data) % align
-    return raw[start:start + n].view(dtype).reshape(shape)
 
 
 def _aligned_zeros(nbytes: int, align: int = 64) -> np.ndarray:
@@ -129,37 +123,62 @@ class CpuExecutable(Executable):
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self._in_types)))()
         self._out_ptrs = (ctypes.c_void_p * max(1, len(self._out_types)))()
         self._lock = threading.Lock()  # one arena: runs of one executable take turns
+        self._weights_ptr, self._arena_ptr = self._weights.ctypes.data, self._arena.ctypes.data
+        self._in_addr, self._out_addr = ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs)
+        self._profile_offset = program.profile_offset
+        self._step_names = [(s.name, s.describe(), s.parallel) for s in program.steps]
+        self._last_wall = 0.0
+
+    def _coerce(self, i: int, a: Any) -> np.ndarray:
+        """The slow path of an input check: raise for anything a kernel could overrun, else fix layout."""
+        dtype, shape = self._in_types[i]
+        # The last line of defence before native code (CompiledModel.validate normally ran first).
+        if not isinstance(a, np.ndarray):
+            raise InvalidDatatype(f"input {i} is not an ndarray", found=type(a).__name__)
+        if a.dtype != dtype:
+            raise MismatchingDatatype(f"input {i} has the wrong element type", expected=str(dtype),
+                                      found=str(a.dtype))
+        if a.shape != shape:
+            # Same elements in another shape (np.ascontiguousarray makes 0-d feeds 1-d) is harmless;
+            # a different element count would make kernels read outside the buffer.
+            if a.size != int(np.prod(shape, dtype=np.int64)) or 0 in a.shape:
+                raise (InvalidShape if 0 in a.shape else MismatchingShape)(
+                    f"input {i} has the wrong shape", expected=list(shape), found=list(a.shape))
+        return np.ascontiguousarray(a).reshape(shape)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if len(inputs) != len(self._in_types):
             raise InternalError("wrong number of inputs", expected=len(self._in_types), found=len(inputs))
-        keep = []
-        for i, (a, (dtype, shape)) in enumerate(zip(inputs, self._in_types)):
-            # The last line of defence before native code: wrong sizes must never reach a kernel.
-            if not isinstance(a, np.ndarray):
-                raise InvalidDatatype(f"input {i} is not an ndarray", found=type(a).__name__)
-            if a.dtype != dtype:
-                raise MismatchingDatatype(f"input {i} has the wrong element type", expected=str(dtype),
-                                          found=str(a.dtype))
-            if a.shape != shape:
-                # Same elements in another shape (np.ascontiguousarray makes 0-d feeds 1-d) is harmless;
-                # a different element count would make kernels read outside the buffer.
-                if a.size != int(np.prod(shape, dtype=np.int64)) or 0 in a.shape:
-                    raise (InvalidShape if 0 in a.shape else MismatchingShape)(
-                        f"input {i} has the wrong shape", expected=list(shape), found=list(a.shape))
-                a = a.reshape(shape)
-            if not a.flags.c_contiguous:
-                a = np.ascontiguousarray(a)
-            keep.append(a)
-        outs = [_aligned_empty(shape, dtype) for dtype, shape in self._out_types]
+        keep = list(inputs)
+        for i, (dtype, shape) in enumerate(self._in_types):
+            a = keep[i]
+            if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+                keep[i] = self._coerce(i, a)
+        outs = [np.empty(shape, dtype) for dtype, shape in self._out_types]
         with self._lock:
             for i, a in enumerate(keep):
                 self._in_ptrs[i] = a.ctypes.data
             for j, o in enumerate(outs):
                 self._out_ptrs[j] = o.ctypes.data
-            self._entry(self._weights.ctypes.data, self._arena.ctypes.data,
-                        ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs))
+            if self._profile_offset >= 0:
+                t = time.perf_counter()
+                self._entry(self._weights_ptr, self._arena_ptr, self._in_addr, self._out_addr)
+                self._last_wall = time.perf_counter() - t
+            else:
+                self._entry(self._weights_ptr, self._arena_ptr, self._in_addr, self._out_addr)
         return outs
+
+    def profile(self) -> list[tuple[str, str, bool, float]]:
+        """(kernel, nodes, parallel, seconds) per step of the last run; needs compile(..., profile=True).
+        Seconds are thread 0's cycle stamps scaled to the wall time of the native call."""
+        if self._profile_offset < 0:
+            raise InternalError("compile with profile=True to profile steps")
+        n = len(self._step_names)
+        stamps = self._arena[self._profile_offset:self._profile_offset + 8 * (n + 1)].view(np.int64)
+        total = max(int(stamps[-1] - stamps[0]), 1)
+        scale = self._last_wall / total
+        return [(name, nodes, par, float(stamps[k + 1] - stamps[k]) * scale)
+                for k, (name, nodes, par) in enumerate(self._step_names)]
 
 
 class CpuBackend(Backend):
@@ -200,18 +219,18 @@ class CpuBackend(Backend):
     # --- compiling ----------------------------------------------------------------------------
 
     @staticmethod
-    def _options(options: dict[str, Any]) -> tuple[int, bool, bool]:
+    def _options(options: dict[str, Any]) -> tuple[int, bool, bool, bool]:
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise UnsupportedAttribute(f"unknown compile option(s) {unknown} for the cpu backend",
                                        expected=list(OPTIONS), found=unknown)
         return (resolve_threads(options.get("threads")), bool(options.get("cache", True)),
-                bool(options.get("fast_kernels", True)))
+                bool(options.get("fast_kernels", True)), bool(options.get("profile", False)))
 
     def build(self, graph: Graph, **options: Any) -> codegen.Program:
-        nthreads, _, fast = self._options(options)
+        nthreads, _, fast, profile = self._options(options)
         self.check(graph)
-        return codegen.build(graph, self.target, nthreads=nthreads, fast_kernels=fast)
+        return codegen.build(graph, self.target, nthreads=nthreads, fast_kernels=fast, profile=profile)
 
     def emit_llvm(self, graph: Graph, **options: Any) -> str:
         """The generated LLVM IR (before optimization), readable: named kernels, values and blocks."""
@@ -224,7 +243,7 @@ class CpuBackend(Backend):
 
     def compile(self, graph: Graph, **options: Any) -> CpuExecutable:
         start = time.perf_counter()
-        _, use_cache, _ = self._options(options)
+        _, use_cache, _, _ = self._options(options)
         program = self.build(graph, **options)
         text = program.ir_text
         key = cache_key(text, self.target.fingerprint())

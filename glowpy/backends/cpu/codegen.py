@@ -32,6 +32,7 @@ from glowpy.errors import InternalError
 from glowpy.ir.graph import Graph, Value
 
 ENTRY = "glowpy_run"
+PROFILE_KEY = ("profile",)
 SPIN_BEFORE_YIELD = 2000
 
 
@@ -67,6 +68,7 @@ class Program:
     intervals: list[Interval]
     storage: dict[int, Storage]  # id(value) -> storage
     fast_kernels: list[str]
+    profile_offset: int = -1  # arena offset of the per-step cycle stamps (profile builds only)
 
     @property
     def ir_text(self) -> str:
@@ -149,7 +151,8 @@ class Binder:
         return steps
 
 
-def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: bool = True) -> Program:
+def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: bool = True,
+          profile: bool = False) -> Program:
     """Lower, bind, plan memory and emit the entry: an unoptimized LLVM module plus its data."""
     module = ir.Module(name=f"glowpy.{graph.name}")
     module.triple = target.triple
@@ -176,6 +179,8 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
             key = ("scratch", k)
             scratch_key[k] = key
             intervals.append(Interval(key, align_up(s.scratch) * (nthreads if s.parallel else 1), k, k))
+    if profile:  # one cycle stamp per step, kept for the whole run
+        intervals.append(Interval(PROFILE_KEY, 8 * (len(steps) + 1), 0, max(len(steps) - 1, 0)))
     plan = plan_arena(intervals)
     for st in binder.of.values():
         if st.kind == "arena":
@@ -200,9 +205,9 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
                 array_offset[a.index] = size
                 weights.append((size, arr))
                 size = align_up(size + arr.nbytes)
-    _emit_entry(module, target, steps, binder, plan, array_offset, scratch_key, nthreads, threaded)
+    _emit_entry(module, target, steps, binder, plan, array_offset, scratch_key, nthreads, threaded, profile)
     return Program(module, steps, weights, size, plan.size, nthreads, threaded, plan, intervals, binder.of,
-                   low.used_fast)
+                   low.used_fast, plan.offsets.get(PROFILE_KEY, -1))
 
 
 # --- the entry and the worker ----------------------------------------------------------------------
@@ -265,7 +270,8 @@ def _emit_barrier(module: ir.Module, target: HostTarget) -> ir.Function:
 
 
 def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder: Binder, plan: Plan,
-                array_offset: dict[int, int], scratch_key: dict[int, tuple], nthreads: int, threaded: bool) -> None:
+                array_offset: dict[int, int], scratch_key: dict[int, tuple], nthreads: int, threaded: bool,
+                profile: bool = False) -> None:
     barrier = _emit_barrier(module, target)
     worker = ir.Function(module, ir.FunctionType(U.VOID, [SHARED.as_pointer(), U.I32]), name="glowpy.worker")
     worker.linkage = "internal"
@@ -317,14 +323,27 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
     for j in range(len(binder.graph.outputs)):
         io_ptr(outputs, j, "output")
 
+    stamps = None
+    if profile:
+        stamps = b.bitcast(b.gep(arena, [U.i64(plan.offsets[PROFILE_KEY])], inbounds=True), U.I64.as_pointer(),
+                           name="stamps")
+        clock = U.declare(module, "llvm.readcyclecounter", U.I64, [])
+
+    def stamp(k: int) -> None:
+        if stamps is not None:
+            with U.if_then(b, is_main, f"stamp{k}"):
+                b.store(b.call(clock, []), b.gep(stamps, [U.i64(k)], inbounds=True))
+
     unsynced_parallel = False  # since the last barrier, did any thread other than 0 run a step?
     serial_since = False  # since the last barrier, did thread 0 run a serial step?
     for k, s in enumerate(steps):
         if s.fn is None:
+            stamp(k)
             continue
         if threaded and (unsynced_parallel or (s.parallel and serial_since)):
             b.call(barrier, [count, gen, nt])
             unsynced_parallel = serial_since = False
+        stamp(k)
         params = s.fn.function_type.args
         ptr_args = [pointer(a, k, s) for a in s.args]
         if len(ptr_args) + 2 != len(params):
@@ -338,6 +357,9 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
             with U.if_then(b, is_main, f"step{k}"):
                 b.call(s.fn, call_args + [U.i32(0), U.i32(1)])
             serial_since = True
+    if threaded and unsynced_parallel and profile:
+        b.call(barrier, [count, gen, nt])
+    stamp(len(steps))
     b.ret_void()
 
     # Thread entry: wait for the go flag (set once every thread that could start did), then work.

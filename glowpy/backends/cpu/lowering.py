@@ -102,6 +102,21 @@ def _ident(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.]", "_", text)
 
 
+def _freeze(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, np.ndarray):
+        return (v.shape, str(v.dtype), v.tobytes())
+    if isinstance(v, np.dtype):
+        return str(v)
+    return v
+
+
+def _flat_weights(values: dict[str, np.ndarray]) -> np.ndarray:
+    """0 (for padding), then every weight array raveled in order: what position codes index."""
+    return np.concatenate([np.zeros(1, np.float32)] + [np.asarray(v, np.float32).ravel() for v in values.values()])
+
+
 def _conv_generator() -> Callable[..., KernelInfo] | None:
     try:
         from glowpy.backends.cpu.kernels.conv import emit_conv2d
@@ -135,6 +150,7 @@ class Lowering:
         self._outputs = {id(v) for v in graph.outputs}
         self._claimed: set[int] = set()
         self.used_fast: list[str] = []
+        self._shared: dict[tuple, dict[str, Any]] = {}
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -164,6 +180,62 @@ class Lowering:
         self.steps.append(step)
         for n in step.nodes:
             self._claimed.add(id(n))
+
+    # --- shared kernels -----------------------------------------------------------------------
+
+    def generate(self, gen: Callable[..., KernelInfo], name: str, weight_keys: tuple[str, ...],
+                 **kwargs: Any) -> KernelInfo:
+        """Call a kernel generator; steps with the same configuration share one function.
+
+        A generator's code depends on shapes and attributes, its weights travel as packed arrays
+        (pointers), so a second conv of the same configuration only needs its own packed arrays. Their
+        layout is learned once per configuration by packing position-coded weights (1, 2, 3, ...)
+        in a throwaway module, and checked bit for bit against the real packing of the first
+        occurrence; a generator whose packing is not a pure rearrangement is simply called again.
+        """
+        values = {k: kwargs[k] for k in weight_keys if kwargs.get(k) is not None}
+        config = (gen.__module__, gen.__qualname__) + tuple(
+            (k, _freeze(v)) for k, v in sorted(kwargs.items()) if k not in values) + tuple(
+            (k, v.shape, str(v.dtype)) for k, v in sorted(values.items()))
+        entry = self._shared.get(config)
+        if entry is None:
+            info = gen(self.module, name, **kwargs)
+            self._shared[config] = {"info": info, "first": values, "maps": None, "failed": False}
+            return info
+        if entry["maps"] is None and not entry["failed"]:
+            entry["maps"] = self._packing_maps(gen, name, kwargs, values, entry)
+            entry["failed"] = entry["maps"] is None
+        if entry["failed"]:
+            return gen(self.module, f"{name}.own", **kwargs)
+        flat = _flat_weights(values)
+        first: KernelInfo = entry["info"]
+        return KernelInfo(first.function, [flat[m] for m in entry["maps"]], first.scratch_bytes_per_thread)
+
+    def _packing_maps(self, gen, name, kwargs, values, entry) -> list[np.ndarray] | None:
+        total = sum(v.size for v in values.values())
+        if total >= 1 << 24 or any(v.dtype != np.float32 for v in values.values()):
+            return None  # position codes must stay exact in float32
+        coded, at = {}, 1
+        for k, v in values.items():
+            coded[k] = np.arange(at, at + v.size, dtype=np.float64).astype(np.float32).reshape(v.shape)
+            at += v.size
+        probe = gen(ir.Module(name="glowpy.probe"), name, **{**kwargs, **coded})
+        first: KernelInfo = entry["info"]
+        if len(probe.packed) != len(first.packed):
+            return None
+        maps = []
+        flat_first = _flat_weights(entry["first"])
+        for p, real in zip(probe.packed, first.packed):
+            p = np.asarray(p)
+            if p.dtype != np.float32 or p.shape != np.asarray(real).shape:
+                return None
+            idx = p.astype(np.int64)
+            if not (np.array_equal(idx, p) and idx.min(initial=0) >= 0 and idx.max(initial=0) <= total):
+                return None
+            if not np.array_equal(flat_first[idx].view(np.uint32), np.asarray(real, np.float32).view(np.uint32)):
+                return None
+            maps.append(idx)
+        return maps
 
     # --- driver -------------------------------------------------------------------------------
 
@@ -417,19 +489,20 @@ class Lowering:
                     w2 = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2])
                     strides, pads, dil = (1, strides[0]), (0, pads[0], 0, pads[1]), (1, dil[0])
                 try:
-                    info = gen(self.module, name, x_shape=tuple(x_shape), w=w2, bias=bias, strides=tuple(strides),
-                               pads=tuple(pads), dilations=tuple(dil), group=a["group"], activation=epi.activation,
-                               activation_params=tuple(epi.params), has_residual=epi.residual is not None,
-                               vector_width=self.vector_width)
+                    info = self.generate(gen, name, ("w", "bias"), x_shape=tuple(x_shape), w=w2, bias=bias,
+                                         strides=tuple(strides), pads=tuple(pads), dilations=tuple(dil),
+                                         group=a["group"], activation=epi.activation,
+                                         activation_params=tuple(epi.params), has_residual=epi.residual is not None,
+                                         vector_width=self.vector_width)
                     self.used_fast.append(name)
                 except (NotImplementedError, GlowpyError):
                     info = None
             if info is None:
-                info = linalg.generic_conv2d(
-                    self.module, name, x_shape=x.shape, w=w, bias=bias, strides=a["strides"], pads=a["pads"],
-                    dilations=a["dilations"], group=a["group"], activation=epi.activation,
-                    activation_params=epi.params, has_residual=epi.residual is not None,
-                    vector_width=self.vector_width)
+                info = self.generate(
+                    linalg.generic_conv2d, name, ("w", "bias"), x_shape=tuple(x.shape), w=w, bias=bias,
+                    strides=tuple(a["strides"]), pads=tuple(a["pads"]), dilations=tuple(a["dilations"]),
+                    group=a["group"], activation=epi.activation, activation_params=tuple(epi.params),
+                    has_residual=epi.residual is not None, vector_width=self.vector_width)
             args = [self.val(out), self.val(x), res_arg, SCRATCH] + [self.array(p) for p in info.packed]
             self.add(Step(info.function.name, info.function, args, [out], epi.nodes, work=work,
                           scratch=info.scratch_bytes_per_thread))
@@ -457,12 +530,12 @@ class Lowering:
                       vector_width=self.vector_width)
         if gen is not None:
             try:
-                info = gen(self.module, name, **kwargs)
+                info = self.generate(gen, name, ("b", "bias"), **kwargs)
                 self.used_fast.append(name)
             except (NotImplementedError, GlowpyError):
                 info = None
         if info is None:
-            info = linalg.generic_gemm(self.module, name, dtype=dt, **kwargs)
+            info = self.generate(linalg.generic_gemm, name, ("b", "bias"), dtype=dt, **kwargs)
         args = [self.val(out), self.val(a), NULL if b_arr is not None else self.val(b), SCRATCH]
         args += [self.array(p) for p in info.packed]
         self.add(Step(info.function.name, info.function, args, [out], nodes, work=work,
