@@ -191,6 +191,9 @@ def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: n
     if geo.group == geo.C == geo.M and geo.Cg == 1:
         return _emit_depthwise(module, name, geo, w, bias, activation, activation_params, has_residual,
                                vector_width)
+    if use_winograd(geo):
+        return _emit_winograd(module, name, geo, w, bias, activation, activation_params, has_residual,
+                              vector_width)
     if use_channel_vectors(geo, vector_width):
         return _emit_channel_conv(module, name, geo, w, bias, activation, activation_params, has_residual,
                                   vector_width)
@@ -445,6 +448,180 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
         panel_walk(vx, lo=lo, hi=hi, mblocks=mpanels, body=do_panel)
 
     chunk_loop(vx, geo.Cg, cc, chunk)
+    b.ret_void()
+    return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_bytes)
+
+
+# Winograd F(2x2, 3x3): Y = A^T [ (G g G^T) . (B^T d B) ] A per 2x2 output tile, 16 products instead of
+# 36 multiplies per tile and channel pair (2.25x fewer fma's in the GEMMs), exact up to float rounding.
+WINOGRAD = True
+_WG = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+
+
+def use_winograd(geo: _Geometry) -> bool:
+    """3x3, stride 1, dilation 1, ungrouped, with enough channels that the transforms amortize."""
+    return (WINOGRAD and geo.KH == geo.KW == 3 and geo.sh == geo.sw == 1 and geo.dh == geo.dw == 1
+            and geo.group == 1 and geo.Cg >= 16 and geo.M >= 16 and geo.OH >= 2 and geo.OW >= 2)
+
+
+def _wino_input(vx: VecIR, d: list[list]) -> list:
+    """B^T d B for a 4x4 patch of vectors (lanes = tiles): 16 vectors, index 4*i + j."""
+    b = vx.b
+
+    def rows(x0, x1, x2, x3):
+        return (b.fsub(x0, x2, name="bt0"), b.fadd(x1, x2, name="bt1"), b.fsub(x2, x1, name="bt2"),
+                b.fsub(x1, x3, name="bt3"))
+
+    t = list(zip(*[rows(d[0][j], d[1][j], d[2][j], d[3][j]) for j in range(4)]))  # t[i][j]
+    out = []
+    for i in range(4):
+        out.extend(rows(*t[i]))
+    return out
+
+
+def _wino_output(vx: VecIR, m: list) -> list:
+    """A^T m A for 16 vectors m[4*i + j]: the 2x2 outputs y00, y01, y10, y11."""
+    b = vx.b
+
+    def two(x0, x1, x2, x3):
+        s = b.fadd(b.fadd(x0, x1), x2, name="at0")
+        t = b.fsub(b.fsub(x1, x2), x3, name="at1")
+        return s, t
+
+    cols = [two(m[j], m[4 + j], m[8 + j], m[12 + j]) for j in range(4)]  # cols[j] = (row0[j], row1[j])
+    y0 = two(*[cols[j][0] for j in range(4)])
+    y1 = two(*[cols[j][1] for j in range(4)])
+    return [y0[0], y0[1], y1[0], y1[1]]
+
+
+def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
+    """Winograd F(2x2, 3x3) with vectors over output tiles. Per panel of NR tiles a thread transforms the
+    input into 16 B panels (C x NR, gathers of the 4x4 patches), then per row block of output channels
+    runs the 16 GEMMs with the register-blocked micro-kernel (transformed weights packed
+    [16][m-block][C][MR] at compile time), keeps the 16 results in scratch, and transforms them back
+    to 2x2 pixels per tile with bias, residual and activation (scatter into NCHW)."""
+    C, M = geo.Cg, geo.M
+    mr, nv = choose_tile(M, vw)
+    nr = nv * vw
+    th, tw = math.ceil(geo.OH / 2), math.ceil(geo.OW / 2)
+    tiles = th * tw
+    mblocks, mfull = math.ceil(M / mr), M // mr
+    nblocks, nfull = math.ceil(tiles / nr), tiles // nr
+    t_edge = tiles - nfull * nr
+
+    u = np.einsum("ai,mcij,bj->abmc", _WG, w.astype(np.float64), _WG).reshape(16, M, C)
+    up = np.zeros((16, mblocks * mr, C))
+    up[:, :M] = u
+    wp = np.ascontiguousarray(up.reshape(16, mblocks, mr, C).transpose(0, 1, 3, 2)).astype(np.float32).ravel()
+    packed = [wp, bias]
+    vbuf_floats = 16 * C * nr
+    mbuf_floats = 16 * mr * nr
+    scratch_bytes = (vbuf_floats + mbuf_floats) * 4 + 64
+
+    fn = kernel_function(module, name, len(packed))
+    out_p, x_p, res_p, scratch_p, w_p, bias_p = fn.args[:6]
+    tid, nthreads = fn.args[-2:]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    vx = VecIR(module, b, vw)
+    raw = b.ptrtoint(scratch_p, I64, name="scratch.addr")
+    up_ = b.add(raw, ir.Constant(I64, 63), name="scratch.up")
+    vbuf = b.inttoptr(b.and_(up_, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="vpanels")
+    mbuf = vx.gep(vbuf, vbuf_floats, name="products")
+    lo, hi = thread_range(vx, tid, nthreads, geo.N * nblocks * mblocks)
+
+    def do_panel(panel, mb_lo, mb_hi) -> None:
+        nb = b.urem(panel, ir.Constant(I64, nblocks), name="nb")
+        img = b.udiv(panel, ir.Constant(I64, nblocks), name="img")
+        x_img = vx.gep(x_p, vx.off((img, C * geo.HW)), name="x.img")
+        out_img = vx.gep(out_p, vx.off((img, M * geo.P)), name="out.img")
+        res_img = vx.gep(res_p, vx.off((img, M * geo.P)), name="res.img") if has_residual else None
+        t0 = b.trunc(b.mul(nb, ir.Constant(I64, nr)), I32, name="t0")
+
+        def run(nvec: int, last_lanes: int) -> None:
+            t0v = vx.splat(t0, name="t0v")
+            patch, outpix = [], []  # per vector: [(idx, mask)] * 16 input taps, [(idx, mask)] * 4 outputs
+            for v in range(nvec):
+                t = b.add(t0v, b.add(vx.iota, vx.iconst(v * vw)), name=f"tile{v}")
+                ty = b.udiv(t, vx.iconst(tw), name="ty")
+                tx = b.urem(t, vx.iconst(tw), name="tx")
+                oy = b.add(ty, ty, name="oy")
+                ox = b.add(tx, tx, name="ox")
+                live = vx.lane_mask(last_lanes) if (last_lanes and v == nvec - 1) else None
+                taps = []
+                for i in range(4):
+                    iy = b.add(oy, vx.iconst(i - geo.pt), name="iy")
+                    oky = b.icmp_unsigned("<", iy, vx.iconst(geo.H), name="oky")
+                    for j in range(4):
+                        ix = b.add(ox, vx.iconst(j - geo.pl), name="ix")
+                        ok = b.and_(oky, b.icmp_unsigned("<", ix, vx.iconst(geo.W)), name="inimg")
+                        if live is not None:
+                            ok = b.and_(ok, live, name="inpanel")
+                        taps.append((b.add(b.mul(iy, vx.iconst(geo.W)), ix, name="pidx"), ok))
+                outs = []
+                for a in range(2):
+                    ya = b.add(oy, vx.iconst(a), name="ya")
+                    oka = b.icmp_unsigned("<", ya, vx.iconst(geo.OH), name="oka")
+                    for c_ in range(2):
+                        xb = b.add(ox, vx.iconst(c_), name="xb")
+                        ok = b.and_(oka, b.icmp_unsigned("<", xb, vx.iconst(geo.OW)), name="inout")
+                        if live is not None:
+                            ok = b.and_(ok, live, name="inpanel")
+                        outs.append((b.add(b.mul(ya, vx.iconst(geo.OW)), xb, name="oidx"), ok))
+                patch.append(taps)
+                outpix.append(outs)
+
+            # input transform: V[xi][c][tile] into 16 panels of C x NR
+            lp = Loop(vx, "wino.c", 0, C)
+            plane = vx.gep(x_img, vx.off((lp.i, geo.HW)), name="plane")
+            for v in range(nvec):
+                d = [[vx.gather(plane, *patch[v][4 * i + j], name=f"d{i}{j}") for j in range(4)] for i in range(4)]
+                for xi, val in enumerate(_wino_input(vx, d)):
+                    vx.store(val, vx.gep(vbuf, vx.off((lp.i, nr), xi * C * nr + v * vw)))
+            lp.close()
+
+            def tile(mb, edge: bool) -> None:
+                rows = M - mfull * mr if edge else mr
+                # the 16 GEMMs, one runtime loop so the micro-kernel is emitted once
+                xl = Loop(vx, "wino.xi", 0, 16)
+                a_ptr = vx.gep(w_p, vx.off((xl.i, mblocks * C * mr), (mb, C * mr)), name="uxi")
+                b_ptr = vx.gep(vbuf, vx.off((xl.i, C * nr)), name="vxi")
+                acc = emit_tile(vx, mr=rows, nv=nvec, kc=C, a_ptr=a_ptr, a_rs=1, a_ks=mr, b_ptr=b_ptr, b_ks=nr,
+                                name="wino")
+                mrow = vx.gep(mbuf, vx.off((xl.i, mr * nr)), name="mxi")
+                for r in range(rows):
+                    for v in range(nvec):
+                        vx.store(acc[r][v], vx.gep(mrow, r * nr + v * vw))
+                xl.close()
+                m0 = b.mul(mb, ir.Constant(I64, mr), name="m0")
+                for r in range(rows):
+                    chan = vx.off(m0, r)
+                    bias_v = vx.load_splat(vx.gep(bias_p, chan), name="bias")
+                    orow = vx.gep(out_img, vx.off((chan, geo.P)), name="orow")
+                    rrow = vx.gep(res_img, vx.off((chan, geo.P)), name="rrow") if has_residual else None
+                    for v in range(nvec):
+                        m = [vx.load(vx.gep(mbuf, (xi * mr + r) * nr + v * vw), name="mv") for xi in range(16)]
+                        for y, (idx, ok) in zip(_wino_output(vx, m), outpix[v]):
+                            val = vx.fadd(y, bias_v)
+                            if has_residual:
+                                val = vx.fadd(val, vx.gather(rrow, idx, ok, name="res"))
+                            val = vx.activation(val, activation, params)
+                            vx.scatter(val, vx.ptrs(orow, idx, name="outp"), ok)
+
+            block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=tile)
+
+        edge_args = (math.ceil(t_edge / vw), t_edge % vw)
+        if t_edge == 0:
+            run(nv, 0)
+        elif nfull == 0:
+            run(*edge_args)
+        else:
+            with b.if_else(b.icmp_signed("<", nb, ir.Constant(I64, nfull), name="panel.isfull")) as (full, part):
+                with full:
+                    run(nv, 0)
+                with part:
+                    run(*edge_args)
+
+    panel_walk(vx, lo=lo, hi=hi, mblocks=mblocks, body=do_panel)
     b.ret_void()
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_bytes)
 

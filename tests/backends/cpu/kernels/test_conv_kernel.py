@@ -61,6 +61,7 @@ CONFIGS = {
     # small maps vectorized over output channels, with reduction chunks through the scratch partials
     "chanvec_chunked_batch2": ((2, 640, 5, 5), (600, 640, 1, 1), {}),
     "chanvec_3x3_groups_chunked": ((1, 80, 6, 6), (1200, 40, 3, 3), dict(group=2, pads=(1, 1, 1, 1))),
+    "batch2_wino": ((2, 16, 9, 9), (20, 16, 3, 3), dict(pads=(1, 1, 1, 1))),
     "chanvec_3x3s2_asym": ((1, 24, 9, 9), (48, 24, 3, 3), dict(strides=(2, 2), pads=(1, 0, 1, 2))),
     "direct_chunked": ((1, 400, 9, 9), (40, 400, 1, 1), {}),
 }
@@ -112,6 +113,55 @@ def test_chunked_reduction(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     _run_and_check(x_shape, w_shape, attrs, residual=True, activation="tanh", threads=(1, 3))
 
 
+WINO_3X3 = ["resnet_3x3_28", "resnet_3x3_7x7", "squeeze_3x3_13", "dense_3x3_to32", "batch2_wino"]
+
+
+@pytest.mark.parametrize("name", WINO_3X3)
+def test_3x3_without_winograd(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The direct (shifted-load / channel-vector) paths that Winograd otherwise takes over."""
+    from glowpy.backends.cpu.kernels import conv
+
+    monkeypatch.setattr(conv, "WINOGRAD", False)
+    x_shape, w_shape, attrs = CONFIGS[name]
+    _run_and_check(x_shape, w_shape, attrs, residual=True, threads=(1, 2))
+
+
+# Winograd F(2x2, 3x3): odd output sizes (partial tiles), asymmetric and no padding, M not a multiple of
+# the row block, tile counts around the panel width, batch 2
+WINO = {
+    "odd_13x13_M37": ((1, 19, 13, 13), (37, 19, 3, 3), dict(pads=(1, 1, 1, 1))),
+    "valid_no_pad": ((1, 16, 12, 11), (24, 16, 3, 3), {}),
+    "asym_pads": ((1, 17, 9, 10), (20, 17, 3, 3), dict(pads=(0, 2, 1, 0))),
+    "tiles_exactly_32": ((1, 16, 16, 8), (16, 16, 3, 3), dict(pads=(1, 1, 1, 1))),
+    "tiles_33": ((1, 16, 11, 12), (17, 16, 3, 3), dict(pads=(1, 1, 1, 1))),
+    "tiny_2x2_out": ((1, 32, 4, 4), (16, 32, 3, 3), {}),
+    "batch2": ((2, 20, 7, 7), (40, 20, 3, 3), dict(pads=(1, 1, 1, 1))),
+}
+
+
+@pytest.mark.parametrize("name", list(WINO))
+def test_winograd_shapes(name: str) -> None:
+    from glowpy.backends.cpu.kernels.conv import _Geometry, use_winograd
+
+    x_shape, w_shape, attrs = WINO[name]
+    geo = _Geometry(x_shape, w_shape, (1, 1), attrs.get("pads", (0, 0, 0, 0)), (1, 1), 1)
+    assert use_winograd(geo)
+    _run_and_check(x_shape, w_shape, attrs, residual=True, activation="leaky_relu", params=(0.2,))
+
+
+@pytest.mark.parametrize("activation,params", [("none", ()), ("clip", (-0.5, 0.5)), ("sigmoid", ()), ("tanh", ())],
+                         ids=["none", "clip", "sigmoid", "tanh"])
+def test_winograd_activations(activation: str, params) -> None:
+    _run_and_check(*WINO["odd_13x13_M37"][:2], WINO["odd_13x13_M37"][2], activation=activation, params=params,
+                   residual=activation != "none", threads=(1, 2))
+
+
+@pytest.mark.parametrize("vector_width", [8, 4])
+def test_winograd_narrow_vectors(vector_width: int) -> None:
+    _run_and_check(*WINO["tiles_33"][:2], WINO["tiles_33"][2], residual=True, threads=(1, 3),
+                   vector_width=vector_width)
+
+
 ACTS = [("none", ()), ("relu", ()), ("clip", (-0.5, 0.7)), ("leaky_relu", (0.1,)), ("sigmoid", ()), ("tanh", ())]
 
 
@@ -159,7 +209,7 @@ def test_more_threads_than_work() -> None:
     _run_and_check((1, 4, 3, 3), (5, 4, 1, 1), {}, threads=(1, 7, 16))
 
 
-@pytest.mark.parametrize("name,chunked", [("resnet_3x3_28", False), ("resnet_3x3_28", True), ("shuffle_dw", False),
+@pytest.mark.parametrize("name,chunked", [("resnet_3x3_28", False), ("asym_pads", True), ("shuffle_dw", False),
                                           ("chanvec_chunked_batch2", True), ("resnet_1x1_56", True)])
 def test_in_place_residual(name: str, chunked: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """out may be the residual buffer itself (a memory plan's in-place add), chunked reductions included."""
