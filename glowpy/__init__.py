@@ -39,7 +39,11 @@ def compile(  # noqa: A001  (the verb users expect)
     **options: Any,
 ) -> CompiledModel:
     """Import `model`, optimize it for `backend` (unless `optimize=False`) and compile it for
-    `backend` ("interpreter"; "cpu" once it lands)."""
+    `backend`: "cpu" (the default: llvmlite JIT for the host CPU) or "interpreter" (numpy, the oracle).
+
+    Backend options go in `**options`; the cpu backend takes `threads` (default $GLOWPY_NUM_THREADS, else
+    the machine's CPU count), `cache` (reuse compiled code from the on-disk cache, default True),
+    `fast_kernels` and `profile`. An option the backend does not know raises UnsupportedAttribute."""
     be = get_backend(backend)
     graph = load(model, shapes)
     start = time.perf_counter()

@@ -22,7 +22,7 @@ def _cpu() -> Backend:
 
 # Factories, so importing glowpy does not pull in llvmlite until the CPU backend is asked for.
 BACKENDS: dict[str, Callable[[], Backend]] = {"cpu": _cpu, "interpreter": _interpreter}
-DEFAULT_BACKEND = "interpreter"
+DEFAULT_BACKEND = "cpu"
 
 
 def get_backend(name: str | Backend) -> Backend:

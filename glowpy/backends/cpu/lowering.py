@@ -505,7 +505,7 @@ class Lowering:
                     has_residual=epi.residual is not None, vector_width=self.vector_width)
             args = [self.val(out), self.val(x), res_arg, SCRATCH] + [self.array(p) for p in info.packed]
             self.add(Step(info.function.name, info.function, args, [out], epi.nodes, work=work,
-                          scratch=info.scratch_bytes_per_thread))
+                          scratch=info.scratch_bytes_per_thread, inplace=self._residual_inplace(out, epi)))
             return
         if epi.scale is not None or epi.shift is not None:
             raise InternalError("folded an affine into a conv with runtime weights", node=node.name)
@@ -514,7 +514,15 @@ class Lowering:
             dilations=a["dilations"], group=a["group"], activation=epi.activation,
             activation_params=epi.params, has_residual=epi.residual is not None)
         args = [self.val(out), self.val(x), res_arg, SCRATCH, self.val(wv), self.val(bv)]
-        self.add(Step(fn.name, fn, args, [out], epi.nodes, work=work, scratch=scratch))
+        self.add(Step(fn.name, fn, args, [out], epi.nodes, work=work, scratch=scratch,
+                      inplace=self._residual_inplace(out, epi)))
+
+    @staticmethod
+    def _residual_inplace(out: Value, epi: Epilogue) -> list[tuple[Value, Value]]:
+        """Both conv kernels read each residual element before writing that output element (the
+        contract in kernels/conv.py), so the output may take over a residual that dies here."""
+        r = epi.residual
+        return [(out, r)] if r is not None and r.shape == out.shape and r.dtype == out.dtype else []
 
     def _gemm(self, nodes: list[Node], out: Value, a: Value, *, M: int, N: int, K: int, a_trans: bool,
               b: Value, b_trans: bool, alpha: float, bias: np.ndarray | None, bias_kind: str, activation: str,
