@@ -592,20 +592,23 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
                     for v in range(nvec):
                         vx.store(acc[r][v], vx.gep(mrow, r * nr + v * vw))
                 xl.close()
+                # output transform, one channel row at a time (a runtime loop keeps the code small)
                 m0 = b.mul(mb, ir.Constant(I64, mr), name="m0")
-                for r in range(rows):
-                    chan = vx.off(m0, r)
-                    bias_v = vx.load_splat(vx.gep(bias_p, chan), name="bias")
-                    orow = vx.gep(out_img, vx.off((chan, geo.P)), name="orow")
-                    rrow = vx.gep(res_img, vx.off((chan, geo.P)), name="rrow") if has_residual else None
-                    for v in range(nvec):
-                        m = [vx.load(vx.gep(mbuf, (xi * mr + r) * nr + v * vw), name="mv") for xi in range(16)]
-                        for y, (idx, ok) in zip(_wino_output(vx, m), outpix[v]):
-                            val = vx.fadd(y, bias_v)
-                            if has_residual:
-                                val = vx.fadd(val, vx.gather(rrow, idx, ok, name="res"))
-                            val = vx.activation(val, activation, params)
-                            vx.scatter(val, vx.ptrs(orow, idx, name="outp"), ok)
+                rl = Loop(vx, "wino.r", 0, rows)
+                chan = b.add(m0, rl.i, name="chan")
+                bias_v = vx.load_splat(vx.gep(bias_p, chan), name="bias")
+                orow = vx.gep(out_img, vx.off((chan, geo.P)), name="orow")
+                rrow = vx.gep(res_img, vx.off((chan, geo.P)), name="rrow") if has_residual else None
+                mrow = vx.gep(mbuf, vx.off((rl.i, nr)), name="mrow")
+                for v in range(nvec):
+                    m = [vx.load(vx.gep(mrow, xi * mr * nr + v * vw), name="mv") for xi in range(16)]
+                    for y, (idx, ok) in zip(_wino_output(vx, m), outpix[v]):
+                        val = vx.fadd(y, bias_v)
+                        if has_residual:
+                            val = vx.fadd(val, vx.gather(rrow, idx, ok, name="res"))
+                        val = vx.activation(val, activation, params)
+                        vx.scatter(val, vx.ptrs(orow, idx, name="outp"), ok)
+                rl.close()
 
             block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=tile)
 
