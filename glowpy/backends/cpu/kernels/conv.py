@@ -167,11 +167,7 @@ def _load_tap(vx: VecIR, plane, p0, src, mask, name: str):
     return vx.gather(plane, where, m, name=name)
 
 
-def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: np.ndarray | None, strides, pads,
-                dilations, group: int, activation: str, activation_params, has_residual: bool,
-                vector_width: int) -> KernelInfo:
-    """2-D convolution kernel: out(N, M, OH, OW) = act(conv(x, w) + bias [+ residual])."""
-    check_activation(activation, activation_params)
+def _prepare(x_shape, w, bias, strides, pads, dilations, group) -> tuple[_Geometry, np.ndarray, np.ndarray]:
     w = np.asarray(w, np.float32)
     if w.ndim != 4 or len(x_shape) != 4:
         raise UnsupportedShape("conv2d needs NCHW input and MCKK weight", op="Conv", expected="rank 4",
@@ -188,17 +184,79 @@ def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: n
     if bias.size != geo.M:
         raise MismatchingShape("bias must have one value per output channel", op="Conv", expected=geo.M,
                                found=bias.size)
+    return geo, w, bias
+
+
+def _kind(geo: _Geometry, vw: int) -> str:
     if geo.group == geo.C == geo.M and geo.Cg == 1:
-        return _emit_depthwise(module, name, geo, w, bias, activation, activation_params, has_residual,
-                               vector_width)
+        return "depthwise"
     if use_winograd(geo):
-        return _emit_winograd(module, name, geo, w, bias, activation, activation_params, has_residual,
-                              vector_width)
-    if use_channel_vectors(geo, vector_width):
-        return _emit_channel_conv(module, name, geo, w, bias, activation, activation_params, has_residual,
-                                  vector_width)
-    return _emit_gemm_conv(module, name, geo, w, bias, activation, activation_params, has_residual,
-                           vector_width)
+        return "winograd"
+    if use_channel_vectors(geo, vw):
+        return "channel"
+    return "pixel"
+
+
+def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: np.ndarray | None, strides, pads,
+                dilations, group: int, activation: str, activation_params, has_residual: bool,
+                vector_width: int) -> KernelInfo:
+    """2-D convolution kernel: out(N, M, OH, OW) = act(conv(x, w) + bias [+ residual])."""
+    check_activation(activation, activation_params)
+    geo, w, bias = _prepare(x_shape, w, bias, strides, pads, dilations, group)
+    emit = {"depthwise": _emit_depthwise, "winograd": _emit_winograd, "channel": _emit_channel_conv,
+            "pixel": _emit_gemm_conv}[_kind(geo, vector_width)]
+    return emit(module, name, geo, w, bias, activation, activation_params, has_residual, vector_width)
+
+
+def pack_conv2d(*, x_shape, w: np.ndarray, bias: np.ndarray | None, strides, pads, dilations, group: int,
+                vector_width: int, **_code_only) -> list[np.ndarray]:
+    """The `packed` arrays emit_conv2d returns for these weights, without generating code (same keyword
+    arguments; activation and residual do not matter). Convs of one configuration can thus share one
+    generated function, each with its own packed arrays, even where packing is not a rearrangement
+    (Winograd transforms the weights)."""
+    geo, w, bias = _prepare(x_shape, w, bias, strides, pads, dilations, group)
+    pack = {"depthwise": _pack_depthwise, "winograd": _pack_winograd, "channel": _pack_channel_conv,
+            "pixel": _pack_gemm_conv}[_kind(geo, vector_width)]
+    return pack(geo, w, bias, vector_width)
+
+
+def _pack_gemm_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
+    """Weights as [group][m-block][k][MR] (rows past Mg zero): one tile reads them front to back."""
+    mr, _ = choose_tile(geo.Mg, vw)
+    kg = geo.Cg * geo.KHKW
+    mblocks = math.ceil(geo.Mg / mr)
+    wg = np.zeros((geo.group, mblocks * mr, kg), np.float32)
+    wg[:, :geo.Mg] = w.reshape(geo.group, geo.Mg, kg)
+    return [np.ascontiguousarray(wg.reshape(geo.group, mblocks, mr, kg).transpose(0, 1, 3, 2)).ravel(), bias]
+
+
+def _pack_channel_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
+    """Weights as [group][channel panel][k][NR], bias as [group][panel * NR] (channels past Mg zero)."""
+    _, nv = choose_tile(geo.P, vw)
+    nr = nv * vw
+    kg = geo.Cg * geo.KHKW
+    mpanels = math.ceil(geo.Mg / nr)
+    wg = np.zeros((geo.group, mpanels * nr, kg), np.float32)
+    wg[:, :geo.Mg] = w.reshape(geo.group, geo.Mg, kg)
+    bp = np.zeros((geo.group, mpanels * nr), np.float32)
+    bp[:, :geo.Mg] = bias.reshape(geo.group, geo.Mg)
+    return [np.ascontiguousarray(wg.reshape(geo.group, mpanels, nr, kg).transpose(0, 1, 3, 2)).ravel(), bp.ravel()]
+
+
+def _pack_winograd(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
+    """U = G g G^T (in float64) as [16][m-block][C][MR]."""
+    C, M = geo.Cg, geo.M
+    mr, _ = choose_tile(M, vw)
+    mblocks = math.ceil(M / mr)
+    u = np.einsum("ai,mcij,bj->abmc", _WG, w.astype(np.float64), _WG).reshape(16, M, C)
+    up = np.zeros((16, mblocks * mr, C))
+    up[:, :M] = u
+    return [np.ascontiguousarray(up.reshape(16, mblocks, mr, C).transpose(0, 1, 3, 2)).astype(np.float32).ravel(),
+            bias]
+
+
+def _pack_depthwise(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
+    return [np.ascontiguousarray(w.reshape(geo.M, geo.KHKW)).ravel(), bias]
 
 
 def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
@@ -209,11 +267,7 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
     nblocks, nfull = math.ceil(geo.P / nr), geo.P // nr
     p_edge = geo.P - nfull * nr
 
-    # weights as [group][m-block][k][MR] (rows past Mg zero): one tile reads them front to back
-    wg = np.zeros((geo.group, mblocks * mr, kg), np.float32)
-    wg[:, :geo.Mg] = w.reshape(geo.group, geo.Mg, kg)
-    wp = np.ascontiguousarray(wg.reshape(geo.group, mblocks, mr, kg).transpose(0, 1, 3, 2)).ravel()
-    packed = [wp, bias]
+    packed = _pack_gemm_conv(geo, w, bias, vw)
 
     cc = chunk_channels(geo.Cg, geo.KHKW, nr, mblocks * mr)
     direct = geo.direct
@@ -336,12 +390,7 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
     p_edge = geo.P - pfull * pr
     mpanels, mpfull = math.ceil(geo.Mg / nr), geo.Mg // nr
     m_edge = geo.Mg - mpfull * nr
-    wg = np.zeros((geo.group, mpanels * nr, kg), np.float32)
-    wg[:, :geo.Mg] = w.reshape(geo.group, geo.Mg, kg)
-    wp = np.ascontiguousarray(wg.reshape(geo.group, mpanels, nr, kg).transpose(0, 1, 3, 2)).ravel()
-    bp = np.zeros((geo.group, mpanels * nr), np.float32)
-    bp[:, :geo.Mg] = bias.reshape(geo.group, geo.Mg)
-    packed = [wp, bp.ravel()]
+    packed = _pack_channel_conv(geo, w, bias, vw)
 
     direct = geo.direct
     pix_stride = 8  # pixel buffer row: pr <= 8 floats, one <8 x float> per k
@@ -509,11 +558,7 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     nblocks, nfull = math.ceil(tiles / nr), tiles // nr
     t_edge = tiles - nfull * nr
 
-    u = np.einsum("ai,mcij,bj->abmc", _WG, w.astype(np.float64), _WG).reshape(16, M, C)
-    up = np.zeros((16, mblocks * mr, C))
-    up[:, :M] = u
-    wp = np.ascontiguousarray(up.reshape(16, mblocks, mr, C).transpose(0, 1, 3, 2)).astype(np.float32).ravel()
-    packed = [wp, bias]
+    packed = _pack_winograd(geo, w, bias, vw)
     vbuf_floats = 16 * C * nr
     mbuf_floats = 16 * mr * nr
     scratch_bytes = (vbuf_floats + mbuf_floats) * 4 + 64
@@ -635,7 +680,7 @@ def _emit_depthwise(module, name, geo: _Geometry, w, bias, activation, params, h
     nr = nvd * vw
     nfull = geo.P // nr
     p_edge = geo.P - nfull * nr
-    packed = [np.ascontiguousarray(w.reshape(geo.M, geo.KHKW)).ravel(), bias]
+    packed = _pack_depthwise(geo, w, bias, vw)
 
     fn = kernel_function(module, name, len(packed))
     out_p, x_p, res_p, _scratch, w_p, bias_p = fn.args[:6]

@@ -229,6 +229,27 @@ def test_in_place_residual(name: str, chunked: bool, monkeypatch: pytest.MonkeyP
         np.testing.assert_allclose(buf, ref, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("name", ["resnet_3x3_28", "resnet_conv1_7x7s2", "resnet_1x1_7x7_bigK", "shuffle_dw",
+                                  "alex_g2_5x5"])
+def test_pack_conv2d_matches_the_generator(name: str) -> None:
+    """pack_conv2d gives exactly the packed arrays of emit_conv2d (Winograd, channel, pixel, depthwise)."""
+    from llvmlite import ir
+
+    from glowpy.backends.cpu.kernels.conv import emit_conv2d, pack_conv2d
+
+    x_shape, w_shape, attrs = CONFIGS[name]
+    x, w, b, _, _ = _data(x_shape, w_shape, attrs, residual=False)
+    kw = dict(x_shape=x_shape, w=w, bias=b, strides=attrs.get("strides", (1, 1)),
+              pads=attrs.get("pads", (0, 0, 0, 0)), dilations=attrs.get("dilations", (1, 1)),
+              group=attrs.get("group", 1), activation="relu", activation_params=(), has_residual=True,
+              vector_width=VW)
+    info = emit_conv2d(ir.Module(), "k", **kw)
+    packed = pack_conv2d(**kw)
+    assert len(packed) == len(info.packed)
+    for a, b_ in zip(packed, info.packed):
+        assert np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b_).view(np.uint32))
+
+
 def test_rejects_bad_shapes() -> None:
     w = np.ones((4, 3, 3, 3), np.float32)
     with pytest.raises(GlowpyError):
