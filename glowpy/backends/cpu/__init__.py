@@ -139,12 +139,9 @@ class CpuExecutable(Executable):
             raise MismatchingDatatype(f"input {i} has the wrong element type", expected=str(dtype),
                                       found=str(a.dtype))
         if a.shape != shape:
-            # Same elements in another shape (np.ascontiguousarray makes 0-d feeds 1-d) is harmless;
-            # a different element count would make kernels read outside the buffer.
-            if a.size != int(np.prod(shape, dtype=np.int64)) or 0 in a.shape:
-                raise (InvalidShape if 0 in a.shape else MismatchingShape)(
-                    f"input {i} has the wrong shape", expected=list(shape), found=list(a.shape))
-        return np.ascontiguousarray(a).reshape(shape)
+            raise (InvalidShape if 0 in a.shape else MismatchingShape)(
+                f"input {i} has the wrong shape", expected=list(shape), found=list(a.shape))
+        return np.require(a, requirements="C")
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if len(inputs) != len(self._in_types):

@@ -145,8 +145,11 @@ class Binder:
         for k, s in enumerate(steps):
             for out, src in s.inplace:
                 so, ss = self.storage(out), self.storage(src)
+                # The operand must reach the kernel through exactly one argument: a conv whose input is
+                # also its residual must not write over it while still reading it as the input.
+                uses = sum(1 for a in s.args if a.kind == "value" and self.storage(a.value) is ss)
                 if (so is not ss and so.kind == "arena" and ss.kind == "arena" and ss.last == k
-                        and so.first == k and ss.nbytes >= so.nbytes):
+                        and so.first == k and ss.nbytes >= so.nbytes and uses == 1):
                     self.merge(ss, so)
         return steps
 

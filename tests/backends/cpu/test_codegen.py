@@ -1,0 +1,119 @@
+"""Code generation: readable LLVM IR, fusion into few kernels, unsupported nodes named, vector code."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import glowpy
+import glowpy.backends.cpu as cpu_mod
+from glowpy.backends import DEFAULT_BACKEND, get_backend
+from glowpy.backends.cpu import SUPPORTED_OPS, CpuBackend
+from glowpy.errors import UnsupportedDatatype, UnsupportedOperator
+from glowpy.ir.graph import Graph, Node
+from glowpy.ir.ops import OPS
+from glowpy.ir.types import TensorType
+
+from .util import assert_close, run_both
+
+F32 = np.float32
+
+
+def test_cpu_is_registered_and_the_default() -> None:
+    assert DEFAULT_BACKEND == "cpu"
+    assert isinstance(get_backend("cpu"), CpuBackend)
+
+
+def test_every_ir_op_has_a_kernel() -> None:
+    assert set(OPS) == set(SUPPORTED_OPS)
+
+
+def block_graph() -> Graph:
+    """conv -> BN -> add(residual) -> relu, then an elementwise chain with broadcasting."""
+    rng = np.random.default_rng(0)
+    g = Graph("block")
+    x = g.add_input("x", TensorType(F32, (1, 4, 6, 6)))
+    w = g.add_constant("w", rng.standard_normal((4, 4, 3, 3)).astype(F32) * 0.3)
+    b = g.add_constant("b", rng.standard_normal(4).astype(F32))
+    c = g.add_node("Conv", [x, w, b], {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1)},
+                   name="conv").outputs[0]
+    bn = [g.add_constant(f"bn{i}", rng.uniform(0.5, 1.5, 4).astype(F32)) for i in range(4)]
+    y = g.add_node("BatchNormalization", [c, *bn], name="bn").outputs[0]
+    y = g.add_node("Add", [y, x], name="residual").outputs[0]
+    y = g.add_node("Relu", [y], name="relu").outputs[0]
+    s = g.add_constant("s", rng.standard_normal((4, 1, 1)).astype(F32))
+    z = g.add_node("Mul", [y, s], name="scale").outputs[0]
+    z = g.add_node("Sigmoid", [z], name="sig").outputs[0]
+    z = g.add_node("Sub", [z, g.add_constant("half", np.float32(0.5))], name="center").outputs[0]
+    g.outputs = [z]
+    return g
+
+
+def test_fusion_makes_two_kernels() -> None:
+    prog = CpuBackend().build(block_graph(), threads=1)
+    kernels = [s for s in prog.steps if s.fn is not None]
+    assert [[n.op for n in s.nodes] for s in kernels] == [
+        ["Conv", "BatchNormalization", "Add", "Relu"], ["Mul", "Sigmoid", "Sub"]]
+    feeds = [np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(F32)]
+    got, want = run_both(block_graph(), feeds)
+    assert_close(got, want)
+
+
+def test_llvm_ir_is_readable() -> None:
+    text = CpuBackend().emit_llvm(block_graph(), threads=1)
+    assert 'define void @"glowpy_run"(i8* %"weights", i8* %"arena", i8** %"inputs", i8** %"outputs")' in text
+    assert "k001.Mul.scale.Sigmoid.Sub" in text  # kernels are named after their nodes
+    assert "i0.body:" in text  # named loop blocks
+    assert "glowpy.worker" in text and "glowpy.barrier" in text
+
+
+def test_optimized_fused_forms_are_supported() -> None:
+    """The optimizer's output (activation attributes, Conv's residual operand) compiles and agrees."""
+    g = block_graph()
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, 4, 6, 6)).astype(F32)}
+    want = glowpy.compile(block_graph(), backend="interpreter", optimize=False).run(feeds)
+    got = glowpy.compile(g, backend="cpu").run(feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
+
+
+def test_unsupported_op_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = block_graph()
+    monkeypatch.setattr(cpu_mod, "SUPPORTED_OPS", SUPPORTED_OPS - {"Sigmoid"})
+    be = CpuBackend()
+    sig = next(n for n in g.nodes if n.op == "Sigmoid")
+    assert not be.is_op_supported(sig)
+    assert be.is_op_supported(g.nodes[0])
+    with pytest.raises(UnsupportedOperator, match="'sig'"):
+        be.compile(g)
+    assert not be.is_op_supported(Node("NoSuchOp", "n", [], [], {}))
+
+
+def test_unsupported_dtype_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = Graph("half")
+    x = g.add_input("x", TensorType(np.float16, (4,)))
+    g.outputs = [g.add_node("Exp", [x], name="exp16").outputs[0]]
+    be = CpuBackend()
+    monkeypatch.setattr(be, "_dtype_ok", lambda dt: np.dtype(dt) != np.float16)
+    assert not be.is_op_supported(g.nodes[0])
+    with pytest.raises(UnsupportedDatatype, match="'exp16'"):
+        be.compile(g)
+
+
+@pytest.mark.skipif(CpuBackend().target.vector_width < 16, reason="host has no AVX-512")
+def test_elementwise_loops_vectorize() -> None:
+    g = Graph("vec")
+    x = g.add_input("x", TensorType(F32, (4096,)))
+    y = g.add_node("Mul", [x, g.add_constant("k", np.float32(3.0))], name="mul").outputs[0]
+    g.outputs = [g.add_node("Relu", [y], name="relu").outputs[0]]
+    asm = CpuBackend().emit_assembly(g, threads=1)
+    assert "zmm" in asm
+
+
+def test_profile_reports_every_step() -> None:
+    g = block_graph()
+    ex = CpuBackend().compile(g, threads=1, profile=True)
+    ex.run([np.ones((1, 4, 6, 6), F32)])
+    rows = ex.profile()
+    assert [r[0].split(".")[1] for r in rows] == ["Conv", "Mul"]
+    assert all(r[3] >= 0 for r in rows)
