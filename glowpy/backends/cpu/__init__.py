@@ -79,6 +79,16 @@ def resolve_threads(threads: Any = None) -> int:
     return n
 
 
+_char, _addressof = ctypes.c_char, ctypes.addressof
+
+
+def _address(a: np.ndarray) -> int:
+    """Data address of an array (from_buffer is 3x faster than .ctypes.data, but needs a writable one)."""
+    if a.flags.writeable and a.size:
+        return _addressof(_char.from_buffer(a))
+    return a.ctypes.data
+
+
 def _aligned_zeros(nbytes: int, align: int = 64) -> np.ndarray:
     raw = np.zeros(max(nbytes, 1) + align, dtype=np.uint8)
     start = (-raw.ctypes.data) % align
@@ -154,9 +164,9 @@ class CpuExecutable(Executable):
         outs = [np.empty(shape, dtype) for dtype, shape in self._out_types]
         with self._lock:
             for i, a in enumerate(keep):
-                self._in_ptrs[i] = a.ctypes.data
+                self._in_ptrs[i] = _address(a)
             for j, o in enumerate(outs):
-                self._out_ptrs[j] = o.ctypes.data
+                self._out_ptrs[j] = _address(o)
             if self._profile_offset >= 0:
                 t = time.perf_counter()
                 self._entry(self._weights_ptr, self._arena_ptr, self._in_addr, self._out_addr)

@@ -1,0 +1,221 @@
+"""glowpy (cpu backend) against onnxruntime, side by side: same model, same input, same thread count.
+
+    python tools/bench.py                      # resnet50, squeezenet, mlp at 1 and 2 threads
+    python tools/bench.py --models mlp --threads 1 --rounds 5
+
+Per model and thread count it measures
+- compile: glowpy cold (empty object-code cache: import, optimize, LLVM) and cached (a second process
+  on the same cache) against onnxruntime's session creation; each in its own subprocess, which also
+  gives an honest peak RSS (ru_maxrss of a process that loads the model, compiles and runs it);
+- latency: both engines in one process, interleaved in rounds (glowpy's runs, then onnxruntime's, and
+  again), median per run of each, and the ratio glowpy / onnxruntime (below 1: glowpy is faster);
+- agreement: the largest absolute difference between the two engines' outputs.
+Prints a markdown table. The machine may be shared: run it more than once and look at the spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MODELS = ("resnet50", "squeezenet", "mlp")
+
+
+def model_path(name: str) -> Path:
+    from tools.prepare_models import DEFAULT_OUT, mlp_model, prepare
+
+    if name == "mlp":
+        import onnx
+
+        path = DEFAULT_OUT / "mlp_64x4.onnx"
+        if not path.exists():
+            DEFAULT_OUT.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            onnx.save(mlp_model(), str(tmp))
+            tmp.replace(path)
+        return path
+    return prepare(name)
+
+
+def make_input(path: Path) -> tuple[str, np.ndarray]:
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    inits = {t.name for t in m.graph.initializer}
+    (inp,) = [i for i in m.graph.input if i.name not in inits]
+    shape = tuple(d.dim_value or 1 for d in inp.type.tensor_type.shape.dim)
+    return inp.name, np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+
+
+def peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+# --- subprocess workers ----------------------------------------------------------------------------
+
+
+def worker_compile(engine: str, path: Path, threads: int) -> dict:
+    """Load + compile (or create the session) + run a few times, in a fresh process."""
+    name, x = make_input(path)
+    if engine == "glowpy":
+        import glowpy
+
+        t = time.perf_counter()
+        model = glowpy.compile(str(path), backend="cpu", threads=threads)
+        total = time.perf_counter() - t
+        model.run({name: x})
+        for _ in range(3):
+            model.run({name: x})
+        result = {"seconds": total, "backend_seconds": model.compile_seconds, "cached": model.cached,
+                  "arena": model.arena_size}
+    else:
+        import onnxruntime as ort
+
+        t = time.perf_counter()
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        total = time.perf_counter() - t
+        session.run(None, {name: x})
+        for _ in range(3):
+            session.run(None, {name: x})
+        result = {"seconds": total}
+    result["rss_mib"] = peak_rss_mib()
+    return result
+
+
+def worker_latency(path: Path, threads: int, runs: int, rounds: int) -> dict:
+    """Both engines in one process, interleaved, so load on the machine hits both alike."""
+    import onnxruntime as ort
+
+    import glowpy
+
+    name, x = make_input(path)
+    model = glowpy.compile(str(path), backend="cpu", threads=threads)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    feeds = {name: x}
+    mine = list(model.run(feeds).values())
+    theirs = session.run(None, feeds)
+    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(mine, theirs))
+    times: dict[str, list[float]] = {"glowpy": [], "onnxruntime": []}
+    fns = {"glowpy": lambda: model.run(feeds), "onnxruntime": lambda: session.run(None, feeds)}
+    for f in fns.values():  # warm up both
+        for _ in range(max(2, runs // 10)):
+            f()
+    for _ in range(rounds):
+        for engine, f in fns.items():
+            for _ in range(runs):
+                t = time.perf_counter()
+                f()
+                times[engine].append(time.perf_counter() - t)
+    return {"glowpy": float(np.median(times["glowpy"])), "onnxruntime": float(np.median(times["onnxruntime"])),
+            "max_abs_diff": diff}
+
+
+def run_worker(args: list[str], env: dict[str, str] | None = None) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--worker", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {args} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+def fmt_time(s: float) -> str:
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} µs"
+    if s < 1:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s:.2f} s"
+
+
+def bench(models: list[str], thread_counts: list[int], runs: dict[str, int], rounds: int) -> list[dict]:
+    rows = []
+    for name in models:
+        path = model_path(name)
+        for threads in thread_counts:
+            with tempfile.TemporaryDirectory(prefix="glowpy-bench-cache-") as cache:
+                env = {"GLOWPY_CACHE_DIR": cache}
+                cold = run_worker(["compile", "glowpy", str(path), str(threads)], env)
+                cached = run_worker(["compile", "glowpy", str(path), str(threads)], env)
+                ort = run_worker(["compile", "onnxruntime", str(path), str(threads)], env)
+                lat = run_worker(["latency", str(path), str(threads), str(runs[name]), str(rounds)], env)
+            rows.append({"model": name, "threads": threads, "cold": cold, "cached": cached, "ort": ort, "lat": lat})
+            print(f"  {name} x{threads}: glowpy {fmt_time(lat['glowpy'])}, onnxruntime {fmt_time(lat['onnxruntime'])}",
+                  file=sys.stderr, flush=True)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| model | threads | glowpy latency | onnxruntime latency | ratio | glowpy compile cold | "
+            "glowpy compile cached | onnxruntime session | glowpy peak RSS (cold / cached) | "
+            "onnxruntime peak RSS | arena | max abs diff |")
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for r in rows:
+        lat, cold, cached, ort = r["lat"], r["cold"], r["cached"], r["ort"]
+        lines.append(
+            f"| {r['model']} | {r['threads']} | {fmt_time(lat['glowpy'])} | {fmt_time(lat['onnxruntime'])} | "
+            f"{lat['glowpy'] / lat['onnxruntime']:.2f}x | {fmt_time(cold['seconds'])} | "
+            f"{fmt_time(cached['seconds'])}{'' if cached['cached'] else ' (miss!)'} | {fmt_time(ort['seconds'])} | "
+            f"{cold['rss_mib']:.0f} / {cached['rss_mib']:.0f} MiB | {ort['rss_mib']:.0f} MiB | "
+            f"{cached['arena'] / 2**20:.2f} MiB | {lat['max_abs_diff']:.1e} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--worker":
+        kind = argv[1]
+        if kind == "compile":
+            out = worker_compile(argv[2], Path(argv[3]), int(argv[4]))
+        else:
+            out = worker_latency(Path(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
+        print(json.dumps(out))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per engine (default: 5)")
+    ap.add_argument("--runs", type=int, default=None,
+                    help="runs per round (default: 10 for CNNs, 2000 for the MLP)")
+    ap.add_argument("--json", type=Path, help="also write the raw figures here")
+    args = ap.parse_args(argv)
+    runs = {m: args.runs or (2000 if m == "mlp" else 10) for m in args.models}
+    import platform
+
+    import llvmlite.binding as llvm
+    import onnxruntime
+
+    import glowpy
+
+    print(f"glowpy {glowpy.__version__} (cpu backend, {llvm.get_host_cpu_name()}), onnxruntime "
+          f"{onnxruntime.__version__}, {os.cpu_count()} CPUs, Python {platform.python_version()}", file=sys.stderr)
+    rows = bench(args.models, args.threads, runs, args.rounds)
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
