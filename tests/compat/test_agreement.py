@@ -42,7 +42,9 @@ def _cases(source: str, backend: str) -> list[Case]:
     if backend == "interpreter":
         return cases
     if source == "light-models":
-        pytest.skip("whole models compile for seconds each on a code-generating backend; their nodes are covered")
+        # Whole models compile for seconds each when code is generated (their nodes are all covered by
+        # light-model-nodes): two small ones stand for the set here.
+        return [c for c in cases if c.name in ("light_squeezenet", "light_bvlc_alexnet")]
     # Compiling for a code-generating backend costs far more: keep every model the cheap path rejects
     # (the full path rejects those before code generation) and one accepted model per op signature.
     keep, seen = [], set()
@@ -69,8 +71,7 @@ def _summary(source: str, outcomes: list[Outcome], assumed: list[Outcome]) -> st
 @pytest.mark.parametrize("source", list(SOURCES))
 def test_cheap_and_full_paths_agree(source: str, backend: str) -> None:
     cases = _cases(source, backend)
-    if source == "op-tests" and not cases:
-        pytest.skip("tests/ops is not present")
+    assert cases, f"no {source} cases"
     outcomes = [compare(c, backend) for c in cases]
     real, assumed = disagreements(outcomes)
     print(_summary(source, outcomes, assumed))
