@@ -1,6 +1,6 @@
 """The CPU backend: the graph becomes one LLVM module (llvmlite), optimized for the host CPU and
-JIT-loaded; a run is one native call (ctypes, which releases the GIL) over a read-only weights block,
-a planned activation arena and the caller's input/output arrays.
+JIT-loaded; a run is one native call (ctypes, which releases the GIL) over a table of read-only weight
+arrays, a planned activation arena and the caller's input/output arrays.
 
     lowering.py  fusion and one kernel step per fused group     kernels/  the kernel generators
     memory.py    liveness-based arena placement                 codegen.py binding + the entry + threads
@@ -122,18 +122,18 @@ class CpuExecutable(Executable):
         if not address:
             raise InternalError("the compiled object has no entry function", expected=codegen.ENTRY)
         self._entry = _ENTRY_TYPE(address)
-        self._weights = _aligned_zeros(program.weights_size)
-        for offset, arr in program.weights:
-            flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-            self._weights[offset:offset + flat.size] = flat
-        self._weights.flags.writeable = False
+        # The weights table points at the arrays where they are (graph constants, packed arrays):
+        # nothing is copied, so the process holds each weight once.
+        self._weight_arrays = list(program.weights)
+        self._weights = (ctypes.c_void_p * max(1, len(self._weight_arrays)))(
+            *[a.ctypes.data for a in self._weight_arrays])
         self._arena = _aligned_zeros(program.arena_size)
         self._in_types = [(v.dtype, v.shape) for v in graph.inputs]
         self._out_types = [(v.dtype, v.shape) for v in graph.outputs]
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self._in_types)))()
         self._out_ptrs = (ctypes.c_void_p * max(1, len(self._out_types)))()
         self._lock = threading.Lock()  # one arena: runs of one executable take turns
-        self._weights_ptr, self._arena_ptr = self._weights.ctypes.data, self._arena.ctypes.data
+        self._weights_ptr, self._arena_ptr = ctypes.addressof(self._weights), self._arena.ctypes.data
         self._in_addr, self._out_addr = ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs)
         self._profile_offset = program.profile_offset
         self._step_names = [(s.name, s.describe(), s.parallel) for s in program.steps]

@@ -1,10 +1,11 @@
 """IR graph -> one LLVM module with a single native entry per graph:
 
-    void glowpy_run(i8* weights, i8* arena, i8** inputs, i8** outputs)
+    void glowpy_run(i8** weights, i8* arena, i8** inputs, i8** outputs)
 
 It runs every kernel step in order. Buffers are bound here: graph inputs and outputs by the
-caller's pointers (outputs are written in place, no copies), constants at offsets in the read-only
-weights block (with the kernels' packed arrays), activations at offsets in the arena from the
+caller's pointers (outputs are written in place, no copies), constants and the kernels' packed
+arrays through the weights table (one pointer per read-only array, so no array is ever copied into
+a second block: peak memory stays at one copy of the weights), activations at offsets in the arena from the
 liveness plan (memory.py); Reshape-like steps alias their source, and elementwise steps write over
 an operand that dies there.
 
@@ -43,7 +44,7 @@ class Storage:
     kind: str  # input | output | const | arena
     nbytes: int
     index: int = -1  # input / output position
-    offset: int = 0  # in the weights block or the arena
+    offset: int = 0  # in the arena, or the index in the weights table
     first: int = 1 << 60
     last: int = -1
     values: list[Value] = field(default_factory=list)
@@ -59,8 +60,8 @@ class Program:
 
     module: ir.Module
     steps: list[Step]
-    weights: list[tuple[int, np.ndarray]]  # (offset, array) to copy into the weights block
-    weights_size: int
+    weights: list[np.ndarray]  # the weights table, in order (constants and packed arrays, read-only)
+    weights_size: int  # bytes
     arena_size: int
     nthreads: int
     threaded: bool
@@ -189,9 +190,8 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
         if st.kind == "arena":
             st.offset = plan.offsets[("buf", id(st))]
 
-    # Weights block: constants the steps read, then the kernels' compile-time arrays.
-    weights: list[tuple[int, np.ndarray]] = []
-    size = 0
+    # Weights table: constants the steps read, then the kernels' compile-time arrays.
+    weights: list[np.ndarray] = []
     array_offset: dict[int, int] = {}
     placed: set[int] = set()
     for s in steps:
@@ -200,14 +200,12 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
                 st = binder.storage(a.value)
                 if id(st) not in placed:
                     placed.add(id(st))
-                    st.offset = size
-                    weights.append((size, np.ascontiguousarray(st.values[0].data)))
-                    size = align_up(size + st.nbytes)
+                    st.offset = len(weights)
+                    weights.append(np.ascontiguousarray(st.values[0].data))
             elif a.kind == "array" and a.index not in array_offset:
-                arr = low.arrays[a.index]
-                array_offset[a.index] = size
-                weights.append((size, arr))
-                size = align_up(size + arr.nbytes)
+                array_offset[a.index] = len(weights)
+                weights.append(low.arrays[a.index])
+    size = sum(w.nbytes for w in weights)
     _emit_entry(module, target, steps, binder, plan, array_offset, scratch_key, nthreads, threaded, profile)
     return Program(module, steps, weights, size, plan.size, nthreads, threaded, plan, intervals, binder.of,
                    low.used_fast, plan.offsets.get(PROFILE_KEY, -1))
@@ -216,7 +214,8 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
 # --- the entry and the worker ----------------------------------------------------------------------
 
 # shared state of one run: weights, arena, inputs, outputs, nthreads, barrier count, generation, go flag
-SHARED = ir.LiteralStructType([U.I8P, U.I8P, U.I8P.as_pointer(), U.I8P.as_pointer(), U.I32, U.I32, U.I32, U.I32])
+SHARED = ir.LiteralStructType([U.I8P.as_pointer(), U.I8P, U.I8P.as_pointer(), U.I8P.as_pointer(), U.I32, U.I32, U.I32,
+                               U.I32])
 THREAD_CTX = ir.LiteralStructType([SHARED.as_pointer(), U.I32])
 
 
@@ -297,13 +296,17 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
             ptr_cache[key] = b.load(b.gep(base, [U.i64(index)], inbounds=True), name=f"{name}{index}")
         return ptr_cache[key]
 
+    def weight_ptr(index: int) -> ir.Value:
+        # loaded where used: a load cached from inside one step's branch would not dominate the next
+        return b.load(b.gep(weights, [U.i64(index)], inbounds=True), name=f"weight{index}")
+
     def pointer(a: Arg, k: int, step: Step) -> ir.Value:
         if a.kind == "null":
             return ir.Constant(U.I8P, None)
         if a.kind == "output":
             return io_ptr(outputs, a.index, "output")
         if a.kind == "array":
-            return b.gep(weights, [U.i64(array_offset[a.index])], inbounds=True)
+            return weight_ptr(array_offset[a.index])
         if a.kind == "scratch":
             if k not in scratch_key:  # the kernel asked for no scratch
                 return ir.Constant(U.I8P, None)
@@ -317,7 +320,7 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
         if st.kind == "output":
             return io_ptr(outputs, st.index, "output")
         if st.kind == "const":
-            return b.gep(weights, [U.i64(st.offset)], inbounds=True)
+            return weight_ptr(st.offset)
         return b.gep(arena, [U.i64(st.offset)], inbounds=True)
 
     # Inputs and outputs are loaded once, up front.
@@ -389,7 +392,7 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
 
     # The entry.
     i8pp = U.I8P.as_pointer()
-    entry = ir.Function(module, ir.FunctionType(U.VOID, [U.I8P, U.I8P, i8pp, i8pp]), name=ENTRY)
+    entry = ir.Function(module, ir.FunctionType(U.VOID, [i8pp, U.I8P, i8pp, i8pp]), name=ENTRY)
     for arg, name in zip(entry.args, ("weights", "arena", "inputs", "outputs")):
         arg.name = name
     eb = ir.IRBuilder(entry.append_basic_block("entry"))

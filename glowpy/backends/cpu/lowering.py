@@ -117,6 +117,14 @@ def _flat_weights(values: dict[str, np.ndarray]) -> np.ndarray:
     return np.concatenate([np.zeros(1, np.float32)] + [np.asarray(v, np.float32).ravel() for v in values.values()])
 
 
+def _looks_like_gather(values: dict[str, np.ndarray], packed: list[np.ndarray]) -> bool:
+    """Cheap test before learning a packing layout: a rearrangement (plus zero padding) of the weights
+    keeps the sum of absolute values; a transform (Winograd) does not."""
+    want = sum(float(np.abs(np.asarray(v, np.float64)).sum()) for v in values.values())
+    got = sum(float(np.abs(np.asarray(p, np.float64)).sum()) for p in packed)
+    return abs(got - want) <= 1e-5 * max(want, 1e-30)
+
+
 def _conv_generator() -> Callable[..., KernelInfo] | None:
     try:
         from glowpy.backends.cpu.kernels.conv import emit_conv2d
@@ -202,13 +210,19 @@ class Lowering:
             info = gen(self.module, name, **kwargs)
             self._shared[config] = {"info": info, "first": values, "maps": None, "failed": False}
             return info
+        first: KernelInfo = entry["info"]
         if entry["maps"] is None and not entry["failed"]:
-            entry["maps"] = self._packing_maps(gen, name, kwargs, values, entry)
+            gather = _looks_like_gather(entry["first"], first.packed)
+            entry["maps"] = self._packing_maps(gen, name, kwargs, values, entry) if gather else None
             entry["failed"] = entry["maps"] is None
         if entry["failed"]:
-            return gen(self.module, f"{name}.own", **kwargs)
+            # The packing transforms values (e.g. Winograd): pack this one in a throwaway module and
+            # still share the code, which never depends on weight values (they come in as pointers).
+            own = gen(ir.Module(name="glowpy.pack"), name, **kwargs)
+            if len(own.packed) != len(first.packed) or own.scratch_bytes_per_thread != first.scratch_bytes_per_thread:
+                return gen(self.module, f"{name}.own", **kwargs)
+            return KernelInfo(first.function, own.packed, first.scratch_bytes_per_thread)
         flat = _flat_weights(values)
-        first: KernelInfo = entry["info"]
         return KernelInfo(first.function, [flat[m] for m in entry["maps"]], first.scratch_bytes_per_thread)
 
     def _packing_maps(self, gen, name, kwargs, values, entry) -> list[np.ndarray] | None:
@@ -229,7 +243,7 @@ class Lowering:
             p = np.asarray(p)
             if p.dtype != np.float32 or p.shape != np.asarray(real).shape:
                 return None
-            idx = p.astype(np.int64)
+            idx = p.astype(np.int32)
             if not (np.array_equal(idx, p) and idx.min(initial=0) >= 0 and idx.max(initial=0) <= total):
                 return None
             if not np.array_equal(flat_first[idx].view(np.uint32), np.asarray(real, np.float32).view(np.uint32)):
