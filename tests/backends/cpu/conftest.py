@@ -1,5 +1,5 @@
-"""CPU backend tests: a private object-code cache per session (the user's cache is never touched, and
-cache behaviour is under the tests' control), and helpers to build small graphs directly in IR."""
+"""CPU backend tests: a private object-code cache for this package's tests (the user's cache is never
+touched, and cache behaviour is under the tests' control)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from glowpy.backends.cpu import CpuBackend
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path = tmp_path_factory.mktemp("glowpy-cache")
     old = os.environ.get("GLOWPY_CACHE_DIR")
