@@ -7,7 +7,14 @@ weights block), so two models that differ only in weight values share an entry.
 Directory: $GLOWPY_CACHE_DIR, else $XDG_CACHE_HOME/glowpy, else ~/.cache/glowpy.
 
 An entry is one file `<key>.o`: a header line with a magic word, the key and the sha256 of the
-payload, then the object code. Writes go to a temporary file in the same directory and are moved
+payload, then the object code.
+
+Printing the LLVM IR of a large model to hash it costs a noticeable part of a cached compile, so
+a small index `<signature>.idx` maps a signature of everything the IR is made from (the graph's
+ops, names, types and attributes, small constants that are inlined, the compile options, the target,
+and the source of the CPU backend) to the IR key. The index is only a shortcut: the entry it names
+is used only if the program just built agrees with what the index recorded (steps, kernels, weight
+table, arena size), otherwise the IR is printed and hashed as usual. Writes go to a temporary file in the same directory and are moved
 into place with os.replace, so a reader sees either nothing or a complete file, and several
 processes compiling the same model at once each write a complete file (the last rename wins). A
 file whose header or digest does not check out (truncated, corrupt, another format) is ignored and
@@ -16,10 +23,15 @@ rebuilt: a corrupt object is never handed to LLVM.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 MAGIC = b"GLOWPY-OBJ-1"
 
@@ -40,6 +52,41 @@ def cache_key(ir_text: str, fingerprint: str) -> str:
     for part in (f"glowpy {__version__}", fingerprint, ir_text):
         h.update(part.encode())
         h.update(b"\0")
+    return h.hexdigest()
+
+
+@functools.cache
+def source_digest() -> str:
+    """sha256 of the CPU backend's own source (kernel generators included): code changes invalidate."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def graph_signature(graph: Any, options: dict[str, Any], fingerprint: str) -> str:
+    """A digest of everything the generated IR depends on (weights only where inlined: size <= 16)."""
+    from glowpy import __version__
+
+    h = hashlib.sha256()
+
+    def put(*parts: Any) -> None:
+        for p in parts:
+            h.update(repr(p).encode())
+            h.update(b"\0")
+
+    put(__version__, fingerprint, source_digest(), sorted(options.items()))
+    for v in graph.inputs:
+        put("in", v.name, str(v.dtype), v.shape)
+    for v in graph.constants.values():
+        small = np.asarray(v.data).tobytes() if v.type.size <= 16 else None
+        put("const", v.name, str(v.dtype), v.shape, small)
+    for n in graph.nodes:
+        put("node", n.op, n.name, sorted((k, repr(a)) for k, a in n.attrs.items()),
+            [x.name for x in n.inputs], [(o.name, str(o.dtype), o.shape) for o in n.outputs])
+    put("out", [v.name for v in graph.outputs])
     return h.hexdigest()
 
 
@@ -65,6 +112,16 @@ class ObjectCache:
         if hashlib.sha256(payload).hexdigest().encode() != parts[2] or not payload:
             return None
         return payload
+
+    def get_index(self, signature: str) -> dict[str, Any] | None:
+        try:
+            entry = json.loads(self.get(f"idx-{signature}") or b"null")
+        except ValueError:
+            return None
+        return entry if isinstance(entry, dict) and isinstance(entry.get("key"), str) else None
+
+    def put_index(self, signature: str, entry: dict[str, Any]) -> bool:
+        return self.put(f"idx-{signature}", json.dumps(entry, sort_keys=True).encode())
 
     def put(self, key: str, data: bytes) -> bool:
         """Store atomically; False (and no exception) if the directory is not writable."""

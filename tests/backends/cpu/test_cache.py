@@ -44,7 +44,8 @@ def fresh_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def entries(d: Path) -> list[Path]:
-    return sorted(d.glob("*.o"))
+    """Object entries (not the signature index files)."""
+    return sorted(p for p in d.glob("*.o") if not p.name.startswith("idx-"))
 
 
 def test_second_compile_hits_and_skips_llvm(fresh_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,3 +166,37 @@ def test_two_processes_compiling_at_once(fresh_dir: Path) -> None:
     assert ObjectCache(fresh_dir).get(path.stem) is not None
     graph, _ = small_graph()
     assert CpuBackend().compile(graph, threads=1).cached
+
+
+def test_signature_index_skips_printing_the_ir(fresh_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from glowpy.backends.cpu import codegen
+
+    graph, feeds = small_graph()
+    CpuBackend().compile(graph, threads=1)
+
+    def no_text(self):
+        raise AssertionError("IR printed although the signature index knew the key")
+
+    monkeypatch.setattr(codegen.Program, "ir_text", property(no_text))
+    ex = CpuBackend().compile(graph, threads=1)
+    assert ex.cached
+    check(ex, graph, feeds)
+
+
+def test_stale_signature_index_is_not_trusted(fresh_dir: Path) -> None:
+    """An index entry whose recorded program disagrees with the one just built is ignored."""
+    import json
+
+    graph, feeds = small_graph()
+    CpuBackend().compile(graph, threads=1)
+    store = ObjectCache(fresh_dir)
+    (idx,) = fresh_dir.glob("idx-*.o")
+    sig = idx.stem[len("idx-"):]
+    entry = store.get_index(sig)
+    store.put_index(sig, {**entry, "key": "0" * 64})  # points nowhere: falls back to hashing the IR
+    assert CpuBackend().compile(graph, threads=1).cached
+    store.put_index(sig, {**entry, "check": "different"})
+    ex = CpuBackend().compile(graph, threads=1)
+    assert ex.cached  # found through the IR hash instead
+    check(ex, graph, feeds)
+    assert json.loads(json.dumps(store.get_index(sig)))["check"] == entry["check"]  # repaired
