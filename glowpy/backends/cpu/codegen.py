@@ -26,7 +26,7 @@ import numpy as np
 from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
-from glowpy.backends.cpu.lowering import Arg, Lowering, Step, copy_function
+from glowpy.backends.cpu.lowering import Arg, Lowering, Step, copy_function, split_module_text
 from glowpy.backends.cpu.memory import Interval, Plan, align_up, plan_arena
 from glowpy.backends.cpu.target import HostTarget
 from glowpy.errors import InternalError
@@ -71,9 +71,23 @@ class Program:
     fast_kernels: list[str]
     profile_offset: int = -1  # arena offset of the per-step cycle stamps (profile builds only)
 
+    kernel_defs: dict[str, str] = field(default_factory=dict)
+    kernel_decls: dict[str, str] = field(default_factory=dict)
+
     @property
     def ir_text(self) -> str:
-        return str(self.module)
+        """The whole module: the entry's, with the kernels' printed definitions in place of their
+        declarations, and the external declarations the kernels need."""
+        out, have = [], set()
+        for kind, name, text in _split_entry(str(self.module)):
+            if kind == "declare" and name in self.kernel_defs:
+                continue
+            if kind == "declare":
+                have.add(name)
+            out.append(text)
+        out += [t for n, t in self.kernel_decls.items() if n not in have and n not in self.kernel_defs]
+        out += list(self.kernel_defs.values())
+        return "\n\n".join(out) + "\n"
 
 
 class Binder:
@@ -155,6 +169,16 @@ class Binder:
         return steps
 
 
+def _split_entry(text: str) -> list[tuple[str, str, str]]:
+    """The entry module's header, then its top-level items (see lowering.split_module_text)."""
+    lines = text.splitlines()
+    k = 0
+    while k < len(lines) and not lines[k].startswith(("define ", "declare ")):
+        k += 1
+    header = ("header", "", "\n".join(lines[:k]).rstrip())
+    return [header] + split_module_text("\n".join(lines[k:]))
+
+
 def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: bool = True,
           profile: bool = False) -> Program:
     """Lower, bind, plan memory and emit the entry: an unoptimized LLVM module plus its data."""
@@ -208,7 +232,7 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
     size = sum(w.nbytes for w in weights)
     _emit_entry(module, target, steps, binder, plan, array_offset, scratch_key, nthreads, threaded, profile)
     return Program(module, steps, weights, size, plan.size, nthreads, threaded, plan, intervals, binder.of,
-                   low.used_fast, plan.offsets.get(PROFILE_KEY, -1))
+                   low.used_fast, plan.offsets.get(PROFILE_KEY, -1), low.kernel_defs, low.kernel_decls)
 
 
 # --- the entry and the worker ----------------------------------------------------------------------

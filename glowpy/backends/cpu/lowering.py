@@ -20,7 +20,9 @@ The input graph is never modified.
 from __future__ import annotations
 
 import math
+import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,6 +104,34 @@ def _ident(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.]", "_", text)
 
 
+_GLOBAL_NAME = re.compile(r'@"((?:[^"\\]|\\.)*)"|@([-a-zA-Z$._][-a-zA-Z$._0-9]*)')
+
+
+def split_module_text(text: str) -> list[tuple[str, str, str]]:
+    """Top-level items of a printed llvmlite module: ("define" | "declare", name, text). Anything else
+    (globals, metadata, attribute groups) is refused: kernels must not use module-level state."""
+    items: list[tuple[str, str, str]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("define "):
+            j = i
+            while lines[j] != "}":
+                j += 1
+            m = _GLOBAL_NAME.search(line)
+            items.append(("define", m.group(1) or m.group(2), "\n".join(lines[i:j + 1])))
+            i = j + 1
+            continue
+        if line.startswith("declare "):
+            m = _GLOBAL_NAME.search(line)
+            items.append(("declare", m.group(1) or m.group(2), line))
+        elif line.strip() and not line.startswith((";", "target ", "source_filename")):
+            raise InternalError("a kernel module holds more than functions", found=line[:80])
+        i += 1
+    return items
+
+
 def _freeze(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
@@ -115,6 +145,23 @@ def _freeze(v: Any) -> Any:
 def _flat_weights(values: dict[str, np.ndarray]) -> np.ndarray:
     """0 (for padding), then every weight array raveled in order: what position codes index."""
     return np.concatenate([np.zeros(1, np.float32)] + [np.asarray(v, np.float32).ravel() for v in values.values()])
+
+
+def _packer_for(gen: Callable[..., KernelInfo]) -> Callable[..., list[np.ndarray]] | None:
+    """emit_conv2d -> pack_conv2d (same keyword arguments, the packed arrays only), when it exists."""
+    module = sys.modules.get(gen.__module__)
+    name = "pack_" + gen.__name__.removeprefix("emit_")
+    return getattr(module, name, None) if module is not None else None
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def _verify_packers() -> bool:
+    """GLOWPY_VERIFY=1 (as for the optimizer's graph checks) also checks packers against their kernels."""
+    return os.environ.get("GLOWPY_VERIFY", "") not in ("", "0")
 
 
 def _looks_like_gather(values: dict[str, np.ndarray], packed: list[np.ndarray]) -> bool:
@@ -147,7 +194,7 @@ class Lowering:
     def __init__(self, graph: Graph, module: ir.Module, *, nthreads: int, vector_width: int,
                  fast_kernels: bool = True) -> None:
         self.graph = graph
-        self.module = module
+        self.module = module  # the entry's module; kernels are built in their own (kmod)
         self.nthreads = nthreads
         self.vector_width = vector_width
         self.fast_kernels = fast_kernels
@@ -159,6 +206,9 @@ class Lowering:
         self._claimed: set[int] = set()
         self.used_fast: list[str] = []
         self._shared: dict[tuple, dict[str, Any]] = {}
+        self._sealed: dict[str, ir.Function] = {}
+        self.kernel_defs: dict[str, str] = {}  # name -> printed definition
+        self.kernel_decls: dict[str, str] = {}  # name -> printed declaration (intrinsics, libm, libc)
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -182,7 +232,39 @@ class Lowering:
         tail = "".join(f".{n.op}" for n in nodes[1:4]) + (f".and{len(nodes) - 4}" if len(nodes) > 4 else "")
         return _ident(f"k{len(self.steps):03d}.{first.op}.{first.name}{tail}")
 
+    # --- kernel modules -----------------------------------------------------------------------
+    #
+    # Every kernel is built in a module of its own, printed, and dropped: the Python objects of a
+    # large model's IR (tens of MB) never exist all at once. The entry's module only declares the
+    # kernels; Program.ir_text splices the printed definitions in.
+
+    def kmod(self) -> ir.Module:
+        m = ir.Module(name="glowpy.kernel")
+        m.triple, m.data_layout = self.module.triple, self.module.data_layout
+        return m
+
+    def seal(self, fn: ir.Function) -> ir.Function:
+        """Print fn's module into the kernel texts; return fn's declaration in the entry's module."""
+        if fn.module is self.module:
+            return fn
+        decl = self._sealed.get(fn.name)
+        if decl is not None:
+            return decl
+        for kind, name, text in split_module_text(str(fn.module)):
+            if kind == "define":
+                seen = self.kernel_defs.get(name)
+                if seen is not None and seen != text:
+                    raise InternalError(f"two kernels define different functions named '{name}'")
+                self.kernel_defs[name] = text
+            else:
+                self.kernel_decls.setdefault(name, text)
+        decl = ir.Function(self.module, fn.function_type, name=fn.name)
+        self._sealed[fn.name] = decl
+        return decl
+
     def add(self, step: Step) -> None:
+        if step.fn is not None:
+            step.fn = self.seal(step.fn)
         step.position = max(self._index[id(n)] for n in step.nodes) if step.nodes else len(self.graph.nodes)
         step.parallel = self.nthreads > 1 and step.work >= PARALLEL_MIN_WORK and step.fn is not None
         self.steps.append(step)
@@ -207,10 +289,20 @@ class Lowering:
             (k, v.shape, str(v.dtype)) for k, v in sorted(values.items()))
         entry = self._shared.get(config)
         if entry is None:
-            info = gen(self.module, name, **kwargs)
+            info = gen(self.kmod(), name, **kwargs)
             self._shared[config] = {"info": info, "first": values, "maps": None, "failed": False}
             return info
         first: KernelInfo = entry["info"]
+        packer = _packer_for(gen)
+        if packer is not None:
+            # The generator packs without generating code (kernels/conv.py: pack_conv2d).
+            packed = packer(**kwargs)
+            if _verify_packers() and not entry.get("packer_checked"):
+                again = packer(**{**kwargs, **entry["first"]})
+                if len(again) != len(first.packed) or not all(_same_bits(a, b) for a, b in zip(again, first.packed)):
+                    raise InternalError(f"{packer.__qualname__} disagrees with the packing of the kernel it serves")
+                entry["packer_checked"] = True
+            return KernelInfo(first.function, list(packed), first.scratch_bytes_per_thread)
         if entry["maps"] is None and not entry["failed"]:
             gather = _looks_like_gather(entry["first"], first.packed)
             entry["maps"] = self._packing_maps(gen, name, kwargs, values, entry) if gather else None
@@ -220,7 +312,7 @@ class Lowering:
             # still share the code, which never depends on weight values (they come in as pointers).
             own = gen(ir.Module(name="glowpy.pack"), name, **kwargs)
             if len(own.packed) != len(first.packed) or own.scratch_bytes_per_thread != first.scratch_bytes_per_thread:
-                return gen(self.module, f"{name}.own", **kwargs)
+                return gen(self.kmod(), f"{name}.own", **kwargs)
             return KernelInfo(first.function, own.packed, first.scratch_bytes_per_thread)
         flat = _flat_weights(values)
         return KernelInfo(first.function, [flat[m] for m in entry["maps"]], first.scratch_bytes_per_thread)
@@ -432,7 +524,7 @@ class Lowering:
             exprs.append(EW.Expr(n.op, n.attrs, [ref(v) for v in n.inputs], [v.dtype for v in n.inputs],
                                  n.outputs[0].dtype, n.name))
         group = EW.FusedElementwise(out.shape, out.dtype, operands, exprs, names)
-        fn = EW.emit_fused(self.module, self.fname(nodes), group)
+        fn = EW.emit_fused(self.kmod(), self.fname(nodes), group)
         self.add(Step(fn.name, fn, args, [out], nodes, work=out.type.size * len(exprs), inplace=inplace))
 
     def _post_elementwise(self, nodes: list[Node], src: Value, out: Value, addend: Value | None, beta: float,
@@ -458,7 +550,7 @@ class Lowering:
         if not exprs:
             exprs.append(EW.Expr("Identity", {}, [cur], [dt], dt))
         group = EW.FusedElementwise(out.shape, dt, operands, exprs, ["acc", "addend"][:len(operands)])
-        fn = EW.emit_fused(self.module, self.fname(nodes) + ".post", group)
+        fn = EW.emit_fused(self.kmod(), self.fname(nodes) + ".post", group)
         inplace = [(out, src)]
         self.add(Step(fn.name, fn, args, [out], nodes, work=out.type.size * len(exprs), inplace=inplace))
 
@@ -524,7 +616,7 @@ class Lowering:
         if epi.scale is not None or epi.shift is not None:
             raise InternalError("folded an affine into a conv with runtime weights", node=node.name)
         fn, scratch = linalg.emit_conv_generic(
-            self.module, name, dt, x_shape=x.shape, w_shape=wv.shape, strides=a["strides"], pads=a["pads"],
+            self.kmod(), name, dt, x_shape=x.shape, w_shape=wv.shape, strides=a["strides"], pads=a["pads"],
             dilations=a["dilations"], group=a["group"], activation=epi.activation,
             activation_params=epi.params, has_residual=epi.residual is not None)
         args = [self.val(out), self.val(x), res_arg, SCRATCH, self.val(wv), self.val(bv)]
@@ -648,7 +740,7 @@ class Lowering:
         if epi.shift is not None:
             raise InternalError("folded a bias into a batched MatMul", node=node.name)
         fn, scratch = linalg.emit_matmul_generic(
-            self.module, self.fname(epi.nodes), dt, M=M, N=N, K=K, batch=batch, a_batch_strides=a_bs,
+            self.kmod(), self.fname(epi.nodes), dt, M=M, N=N, K=K, batch=batch, a_batch_strides=a_bs,
             b_batch_strides=b_bs, activation=epi.activation, activation_params=epi.params)
         args = [self.val(out), self.val(a_v), self.val(b_v), SCRATCH, NULL]
         self.add(Step(fn.name, fn, args, [out], epi.nodes, work=work, scratch=scratch))
@@ -672,7 +764,7 @@ class Lowering:
         a = node.attrs
         out = node.outputs[0]
         fn, scratch = linalg.emit_conv_transpose(
-            self.module, self.fname([node]), x.dtype, x_shape=x.shape, w_shape=w.shape, out_shape=out.shape,
+            self.kmod(), self.fname([node]), x.dtype, x_shape=x.shape, w_shape=w.shape, out_shape=out.shape,
             strides=a["strides"], pads=a["pads"], dilations=a["dilations"], group=a["group"])
         work = 2.0 * out.type.size * w.type.size / max(w.shape[1], 1)
         self._simple(node, fn, [self.val(x), self.val(w), self.val(b), SCRATCH], work, scratch)
@@ -682,7 +774,7 @@ class Lowering:
         a = node.attrs
         nsp = x.type.rank - 2
         dil = a.get("dilations") or (1,) * nsp
-        fn = pool.emit_pool(self.module, self.fname([node]), x.dtype, x.shape, out.shape, kind, a["kernel_shape"],
+        fn = pool.emit_pool(self.kmod(), self.fname([node]), x.dtype, x.shape, out.shape, kind, a["kernel_shape"],
                             a["strides"], a["pads"], dil, bool(a.get("count_include_pad", 0)))
         self._simple(node, fn, [self.val(x)], out.type.size * math.prod(a["kernel_shape"]))
 
@@ -694,7 +786,7 @@ class Lowering:
 
     def _reduce(self, node: Node, axes: tuple[int, ...], kind: str) -> None:
         x = node.inputs[0]
-        fn = reduce.emit_reduce(self.module, self.fname([node]), x.dtype, x.shape, axes, kind)
+        fn = reduce.emit_reduce(self.kmod(), self.fname([node]), x.dtype, x.shape, axes, kind)
         self._simple(node, fn, [self.val(x)], x.type.size)
 
     def _lower_GlobalAveragePool(self, node: Node) -> None:
@@ -714,13 +806,13 @@ class Lowering:
 
     def _lower_ArgMax(self, node: Node) -> None:
         x = node.inputs[0]
-        fn = reduce.emit_argmax(self.module, self.fname([node]), x.dtype, x.shape, node.attrs["axis"],
+        fn = reduce.emit_argmax(self.kmod(), self.fname([node]), x.dtype, x.shape, node.attrs["axis"],
                                 bool(node.attrs["select_last_index"]))
         self._simple(node, fn, [self.val(x)], x.type.size)
 
     def _lower_Softmax(self, node: Node, log: bool = False) -> None:
         x = node.inputs[0]
-        fn = norm.emit_softmax(self.module, self.fname([node]), x.dtype, x.shape, node.attrs["axis"], log)
+        fn = norm.emit_softmax(self.kmod(), self.fname([node]), x.dtype, x.shape, node.attrs["axis"], log)
         self._simple(node, fn, [self.val(x)], 8.0 * x.type.size)
 
     def _lower_LogSoftmax(self, node: Node) -> None:
@@ -729,7 +821,7 @@ class Lowering:
     def _lower_LayerNormalization(self, node: Node) -> None:
         x, scale = node.inputs[0], node.inputs[1]
         bias = node.inputs[2] if len(node.inputs) > 2 else None
-        fn = norm.emit_layer_norm(self.module, self.fname([node]), x.dtype, x.shape, node.attrs["axis"],
+        fn = norm.emit_layer_norm(self.kmod(), self.fname([node]), x.dtype, x.shape, node.attrs["axis"],
                                   node.attrs["epsilon"], scale.shape, bias.shape if bias is not None else None)
         self._simple(node, fn, [self.val(x), self.val(scale), self.val(bias) if bias is not None else NULL],
                      6.0 * x.type.size)
@@ -737,14 +829,14 @@ class Lowering:
     def _lower_LRN(self, node: Node) -> None:
         x = node.inputs[0]
         a = node.attrs
-        fn = norm.emit_lrn(self.module, self.fname([node]), x.dtype, x.shape, a["size"], a["alpha"], a["beta"],
+        fn = norm.emit_lrn(self.kmod(), self.fname([node]), x.dtype, x.shape, a["size"], a["alpha"], a["beta"],
                            a["bias"])
         self._simple(node, fn, [self.val(x)], x.type.size * (a["size"] + 8))
 
     def _copies(self, node: Node, copies: list[movement.Copy], outs: list[Value], ins: list[Value]) -> None:
         names = [_ident(v.name) for v in outs] + [_ident(v.name) for v in ins]
         dt = ins[0].dtype
-        fn = movement.emit_copies(self.module, self.fname([node]), dt, names, copies)
+        fn = movement.emit_copies(self.kmod(), self.fname([node]), dt, names, copies)
         work = sum(math.prod(c.shape) for c in copies)
         self._simple(node, fn, [self.val(v) for v in ins], work, outs=outs)
 
@@ -776,14 +868,14 @@ class Lowering:
     def _lower_Pad(self, node: Node) -> None:
         x, out = node.inputs[0], node.outputs[0]
         a = node.attrs
-        fn = movement.emit_pad(self.module, self.fname([node]), x.dtype, x.shape, out.shape, a["pads"], a["mode"],
+        fn = movement.emit_pad(self.kmod(), self.fname([node]), x.dtype, x.shape, out.shape, a["pads"], a["mode"],
                                a["value"])
         self._simple(node, fn, [self.val(x)], 2.0 * out.type.size)
 
     def _lower_Gather(self, node: Node) -> None:
         x, idx = node.inputs
         axis = node.attrs["axis"] % x.type.rank
-        fn = movement.emit_gather(self.module, self.fname([node]), x.dtype, idx.dtype, x.shape, idx.type.size, axis)
+        fn = movement.emit_gather(self.kmod(), self.fname([node]), x.dtype, idx.dtype, x.shape, idx.type.size, axis)
         self._simple(node, fn, [self.val(x), self.val(idx)], node.outputs[0].type.size)
 
 

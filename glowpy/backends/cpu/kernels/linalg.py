@@ -145,6 +145,11 @@ def generic_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias
     return KernelInfo(fn, [np.ascontiguousarray(w), np.ascontiguousarray(bias)], scratch)
 
 
+def pack_generic_conv2d(*, w: np.ndarray, bias: np.ndarray, **_code_only) -> list[np.ndarray]:
+    """generic_conv2d's packed arrays without its code (a step with the same configuration shares it)."""
+    return [np.ascontiguousarray(w), np.ascontiguousarray(bias)]
+
+
 def emit_conv_transpose(module: ir.Module, name: str, dtype: np.dtype, *, x_shape: tuple[int, ...],
                         w_shape: tuple[int, ...], out_shape: tuple[int, ...], strides, pads, dilations,
                         group: int) -> tuple[ir.Function, int]:
@@ -316,14 +321,8 @@ def generic_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, a_tran
     """Same contract as kernels.gemm.emit_gemm: void name(out, a, b_or_null, scratch, packed..., tid, nt)
     with packed = [B (as K x N) if given] + [bias if bias_kind != none]."""
     dt = np.dtype(dtype)
-    packed: list[np.ndarray] = []
-    bt = b_trans
-    if b is not None:
-        bk = np.ascontiguousarray((b.T if b_trans else b).astype(dt))  # pack as (K, N): contiguous rows
-        packed.append(bk)
-        bt = False
-    if bias_kind != "none":
-        packed.append(np.ascontiguousarray(np.asarray(bias, dtype=dt)))
+    packed = pack_generic_gemm(b=b, b_trans=b_trans, bias=bias, bias_kind=bias_kind, dtype=dt)
+    bt = b_trans and b is None
     inner, scratch = emit_matmul_generic(
         module, f"{name}.body", dt, M=M, N=N, K=K, a_trans=a_trans, b_trans=bt, alpha=alpha,
         bias_kind=bias_kind, activation=activation, activation_params=activation_params)
@@ -337,3 +336,15 @@ def generic_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, a_tran
     bld.call(inner, [args[0], args[1], bptr, args[3], bias_ptr, args[-2], args[-1]])
     bld.ret_void()
     return KernelInfo(fn, packed, scratch)
+
+
+def pack_generic_gemm(*, b: np.ndarray | None, b_trans: bool, bias: np.ndarray | None, bias_kind: str,
+                      dtype: np.dtype = np.float32, **_code_only) -> list[np.ndarray]:
+    """generic_gemm's packed arrays: B as (K, N) (contiguous rows) if constant, then the bias."""
+    dt = np.dtype(dtype)
+    packed: list[np.ndarray] = []
+    if b is not None:
+        packed.append(np.ascontiguousarray((b.T if b_trans else b).astype(dt)))
+    if bias_kind != "none":
+        packed.append(np.ascontiguousarray(np.asarray(bias, dtype=dt)))
+    return packed
