@@ -9,7 +9,10 @@ arrays, a planned activation arena and the caller's input/output arrays.
 Compile options: `threads` (default $GLOWPY_NUM_THREADS, else the machine's CPU count), `cache`
 (default True: reuse and store object code in the on-disk cache), `fast_kernels` (default True:
 use the tiled float32 Conv / Gemm generators when present; False forces the plain kernels), `profile`
-(default False: stamp the cycle counter around every step; `executable.profile()` after a run).
+(default False: stamp the cycle counter around every step; `executable.profile()` after a run),
+`release_weights` (default False: for a caller that owns the graph and will not run it elsewhere, e.g.
+the optimizer's private copy; constants the kernels packed get `Value.data = None` as soon as they are
+packed, so the process never holds a model's weights twice).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from glowpy.errors import (
 from glowpy.ir.graph import Graph, Node
 from glowpy.ir.ops import OPS
 
-OPTIONS = ("threads", "cache", "fast_kernels", "profile")
+OPTIONS = ("threads", "cache", "fast_kernels", "profile", "release_weights")
 MAX_THREADS = 256
 # Outputs come from np.empty (16-byte aligned at least); kernels assume element alignment only.
 _ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -240,6 +243,7 @@ class CpuBackend(Backend):
 
     @staticmethod
     def _options(options: dict[str, Any]) -> tuple[int, bool, bool, bool]:
+        """(threads, cache, fast_kernels, profile); release_weights is read by build()."""
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise UnsupportedAttribute(f"unknown compile option(s) {unknown} for the cpu backend",
@@ -250,7 +254,8 @@ class CpuBackend(Backend):
     def build(self, graph: Graph, **options: Any) -> codegen.Program:
         nthreads, _, fast, profile = self._options(options)
         self.check(graph)
-        return codegen.build(graph, self.target, nthreads=nthreads, fast_kernels=fast, profile=profile)
+        return codegen.build(graph, self.target, nthreads=nthreads, fast_kernels=fast, profile=profile,
+                             release_weights=bool(options.get("release_weights", False)))
 
     def emit_llvm(self, graph: Graph, **options: Any) -> str:
         """The generated LLVM IR (before optimization), readable: named kernels, values and blocks."""
@@ -275,13 +280,14 @@ class CpuBackend(Backend):
     def _compile(self, graph: Graph, **options: Any) -> CpuExecutable:
         start = time.perf_counter()
         nthreads, use_cache, fast, profile = self._options(options)
-        program = self.build(graph, **options)
         store = ObjectCache() if use_cache else None
         fingerprint = self.target.fingerprint()
+        # before building: with release_weights the build drops the packed constants' data
+        signature = graph_signature(graph, {"threads": nthreads, "fast_kernels": fast, "profile": profile},
+                                    fingerprint) if store is not None else ""
+        program = self.build(graph, **options)
         key = obj = None
         if store is not None:
-            signature = graph_signature(graph, {"threads": nthreads, "fast_kernels": fast, "profile": profile},
-                                        fingerprint)
             check = _program_check(program)
             index = store.get_index(signature)
             if index is not None and index.get("check") == check:

@@ -180,12 +180,13 @@ def _split_entry(text: str) -> list[tuple[str, str, str]]:
 
 
 def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: bool = True,
-          profile: bool = False) -> Program:
+          profile: bool = False, release_weights: bool = False) -> Program:
     """Lower, bind, plan memory and emit the entry: an unoptimized LLVM module plus its data."""
     module = ir.Module(name=f"glowpy.{graph.name}")
     module.triple = target.triple
     module.data_layout = target.data_layout
-    low = Lowering(graph, module, nthreads=nthreads, vector_width=target.vector_width, fast_kernels=fast_kernels)
+    low = Lowering(graph, module, nthreads=nthreads, vector_width=target.vector_width, fast_kernels=fast_kernels,
+                   release_weights=release_weights)
     steps = low.run()
     binder = Binder(graph, steps, module)
     steps = binder.bind()

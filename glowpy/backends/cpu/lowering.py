@@ -192,7 +192,7 @@ class Lowering:
     """Turns a graph into steps inside `module`. `arrays` collects compile-time weights-block data."""
 
     def __init__(self, graph: Graph, module: ir.Module, *, nthreads: int, vector_width: int,
-                 fast_kernels: bool = True) -> None:
+                 fast_kernels: bool = True, release_weights: bool = False) -> None:
         self.graph = graph
         self.module = module  # the entry's module; kernels are built in their own (kmod)
         self.nthreads = nthreads
@@ -206,6 +206,8 @@ class Lowering:
         self._claimed: set[int] = set()
         self.used_fast: list[str] = []
         self._shared: dict[tuple, dict[str, Any]] = {}
+        self.release_weights = release_weights
+        self._packed_uses: dict[int, int] = {}
         self._sealed: dict[str, ir.Function] = {}
         self.kernel_defs: dict[str, str] = {}  # name -> printed definition
         self.kernel_decls: dict[str, str] = {}  # name -> printed declaration (intrinsics, libm, libc)
@@ -290,7 +292,10 @@ class Lowering:
         entry = self._shared.get(config)
         if entry is None:
             info = gen(self.kmod(), name, **kwargs)
-            self._shared[config] = {"info": info, "first": values, "maps": None, "failed": False}
+            # The first weights are kept to learn or check packings, unless a packer makes that moot
+            # and the caller wants weights released as soon as they are packed.
+            keep = not self.release_weights or _packer_for(gen) is None or _verify_packers()
+            self._shared[config] = {"info": info, "first": values if keep else {}, "maps": None, "failed": False}
             return info
         first: KernelInfo = entry["info"]
         packer = _packer_for(gen)
@@ -557,10 +562,21 @@ class Lowering:
     # --- heavy ops ----------------------------------------------------------------------------
 
     def _lower_heavy(self, node: Node, epi: Epilogue) -> None:
+        first_step = len(self.steps)
         try:
             getattr(self, f"_heavy_{node.op}")(node, epi)
         except GlowpyError as e:
             raise e.at(node=node.name, op=node.op)
+        if self.release_weights:
+            # Constants folded or packed into the kernel's arrays: once every use of one is, the graph's
+            # copy is dead weight (the packed arrays are what runs).
+            passed = {id(a.value) for s in self.steps[first_step:] for a in s.args if a.kind == "value"}
+            for n in epi.nodes:
+                for v in n.inputs:
+                    if v.is_constant and id(v) not in passed:
+                        k = self._packed_uses[id(v)] = self._packed_uses.get(id(v), 0) + 1
+                        if k == len(v.users) and id(v) not in self._outputs:
+                            v.data = None
 
     def _temp(self, like: Value, name: str) -> Value:
         """A kernel-private intermediate (not in the graph) that still gets arena memory."""

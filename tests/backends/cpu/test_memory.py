@@ -115,3 +115,22 @@ def test_resnet50_arena_within_twice_the_largest_layer(random_model) -> None:
                       sum(v.type.nbytes for v in n.outputs) for n in g.nodes)
         assert prog.arena_size <= 2 * largest, (prog.arena_size, largest)
         check_plan(prog.intervals, prog.plan)
+
+
+def test_release_weights_drops_packed_constants_only() -> None:
+    """release_weights: the graph's copies of weights packed into kernels are dropped; constants read at
+    run time (here the Add operand) stay with the executable; results are unchanged."""
+    from .test_codegen import block_graph
+
+    feeds = [np.random.default_rng(3).standard_normal((1, 4, 6, 6)).astype(F32)]
+    want = CpuBackend().compile(block_graph(), threads=1).run(feeds)
+    g = block_graph()
+    g.add_node("Add", [g.outputs[0], g.add_constant("big", np.arange(144, dtype=F32).reshape(4, 6, 6))],
+               name="late_add")
+    g.outputs = [g.nodes[-1].outputs[0]]
+    want = [w + np.arange(144, dtype=F32).reshape(4, 6, 6) for w in want]
+    ex = CpuBackend().compile(g, threads=1, release_weights=True)
+    released = {n for n, v in g.constants.items() if v.data is None}
+    assert {"w", "b", "bn0", "bn1", "bn2", "bn3"} <= released
+    assert "big" not in released and "s" not in released
+    assert_close(ex.run(feeds), want)
