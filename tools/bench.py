@@ -8,7 +8,8 @@ Per model and thread count it measures
   second process on the same cache; in parentheses with the ONNX import, as onnxruntime's figure
   includes its own parsing) against onnxruntime's session creation from the file; each in its own
   subprocess, which also gives an honest peak RSS (ru_maxrss of a process that loads the model,
-  compiles and runs it);
+  compiles and runs it; "release_weights": the same with compile(..., release_weights=True), where the
+  graph's copies of packed weights are dropped);
 - latency: both engines in one process, interleaved in rounds (glowpy's runs, then onnxruntime's, and
   again), median per run of each, and the ratio glowpy / onnxruntime (below 1: glowpy is faster);
 - agreement: the largest absolute difference between the two engines' outputs.
@@ -73,11 +74,13 @@ def peak_rss_mib() -> float:
 def worker_compile(engine: str, path: Path, threads: int) -> dict:
     """Load + compile (or create the session) + run a few times, in a fresh process."""
     name, x = make_input(path)
-    if engine == "glowpy":
+    if engine.startswith("glowpy"):
         import glowpy
 
+        # "glowpy-release": the optimizer's private copy of the graph gives up the weights the kernels packed
+        extra = {"release_weights": True} if engine == "glowpy-release" else {}
         t = time.perf_counter()
-        model = glowpy.compile(str(path), backend="cpu", threads=threads)
+        model = glowpy.compile(str(path), backend="cpu", threads=threads, **extra)
         total = time.perf_counter() - t
         model.run({name: x})
         for _ in range(3):
@@ -161,9 +164,11 @@ def bench(models: list[str], thread_counts: list[int], runs: dict[str, int], rou
                 env = {"GLOWPY_CACHE_DIR": cache}
                 cold = run_worker(["compile", "glowpy", str(path), str(threads)], env)
                 cached = run_worker(["compile", "glowpy", str(path), str(threads)], env)
+                released = run_worker(["compile", "glowpy-release", str(path), str(threads)], env)
                 ort = run_worker(["compile", "onnxruntime", str(path), str(threads)], env)
                 lat = run_worker(["latency", str(path), str(threads), str(runs[name]), str(rounds)], env)
-            rows.append({"model": name, "threads": threads, "cold": cold, "cached": cached, "ort": ort, "lat": lat})
+            rows.append({"model": name, "threads": threads, "cold": cold, "cached": cached, "released": released,
+                         "ort": ort, "lat": lat})
             print(f"  {name} x{threads}: glowpy {fmt_time(lat['glowpy'])}, onnxruntime {fmt_time(lat['onnxruntime'])}",
                   file=sys.stderr, flush=True)
     return rows
@@ -171,8 +176,8 @@ def bench(models: list[str], thread_counts: list[int], runs: dict[str, int], rou
 
 def table(rows: list[dict]) -> str:
     head = ("| model | threads | glowpy latency | onnxruntime latency | ratio | glowpy compile cold | "
-            "glowpy compile cached (+ import) | onnxruntime session | glowpy peak RSS (cold / cached) | "
-            "onnxruntime peak RSS | arena | max abs diff |")
+            "glowpy compile cached (+ import) | onnxruntime session | glowpy peak RSS (cold / cached / "
+            "cached+release_weights) | onnxruntime peak RSS | arena | max abs diff |")
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         lat, cold, cached, ort = r["lat"], r["cold"], r["cached"], r["ort"]
@@ -181,7 +186,8 @@ def table(rows: list[dict]) -> str:
             f"{lat['glowpy'] / lat['onnxruntime']:.2f}x | {fmt_time(cold['compile_seconds'])} | "
             f"{fmt_time(cached['compile_seconds'])} ({fmt_time(cached['seconds'])})"
             f"{'' if cached['cached'] else ' (miss!)'} | {fmt_time(ort['seconds'])} | "
-            f"{cold['rss_mib']:.0f} / {cached['rss_mib']:.0f} MiB | {ort['rss_mib']:.0f} MiB | "
+            f"{cold['rss_mib']:.0f} / {cached['rss_mib']:.0f} / {r['released']['rss_mib']:.0f} MiB | "
+            f"{ort['rss_mib']:.0f} MiB | "
             f"{cached['arena'] / 2**20:.2f} MiB | {lat['max_abs_diff']:.1e} |")
     return "\n".join(lines)
 
