@@ -10,8 +10,9 @@ Per model and thread count it measures
   subprocess, which also gives an honest peak RSS (ru_maxrss of a process that loads the model,
   compiles and runs it; "release_weights": the same with compile(..., release_weights=True), where the
   graph's copies of packed weights are dropped);
-- latency: both engines in one process, interleaved in rounds (glowpy's runs, then onnxruntime's, and
-  again), median per run of each, and the ratio glowpy / onnxruntime (below 1: glowpy is faster);
+- latency: each engine alone in a fresh process (onnxruntime's pool threads spin after a run and would
+  take the cores from the other engine), the two alternating for a few rounds; the median of the
+  rounds' medians, and the ratio glowpy / onnxruntime (below 1: glowpy is faster);
 - agreement: the largest absolute difference between the two engines' outputs.
 Prints a markdown table. The machine may be shared: run it more than once and look at the spread.
 """
@@ -105,35 +106,44 @@ def worker_compile(engine: str, path: Path, threads: int) -> dict:
     return result
 
 
-def worker_latency(path: Path, threads: int, runs: int, rounds: int) -> dict:
-    """Both engines in one process, interleaved, so load on the machine hits both alike."""
+def worker_latency(engine: str, path: Path, threads: int, runs: int) -> dict:
+    """Median latency of one engine alone in its process (onnxruntime's pool threads keep spinning
+    after a run, so in a shared process they take the cores the other engine's threads need)."""
+    name, x = make_input(path)
+    feeds = {name: x}
+    if engine == "glowpy":
+        import glowpy
+
+        model = glowpy.compile(str(path), backend="cpu", threads=threads)
+        f = lambda: model.run(feeds)  # noqa: E731
+    else:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        f = lambda: session.run(None, feeds)  # noqa: E731
+    for _ in range(max(3, runs // 10)):
+        f()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t)
+    return {"median": float(np.median(times))}
+
+
+def worker_agree(path: Path) -> dict:
+    """Largest absolute difference between the two engines' outputs on the same input."""
     import onnxruntime as ort
 
     import glowpy
 
     name, x = make_input(path)
-    model = glowpy.compile(str(path), backend="cpu", threads=threads)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    feeds = {name: x}
-    mine = list(model.run(feeds).values())
-    theirs = session.run(None, feeds)
-    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(mine, theirs))
-    times: dict[str, list[float]] = {"glowpy": [], "onnxruntime": []}
-    fns = {"glowpy": lambda: model.run(feeds), "onnxruntime": lambda: session.run(None, feeds)}
-    for f in fns.values():  # warm up both
-        for _ in range(max(2, runs // 10)):
-            f()
-    for _ in range(rounds):
-        for engine, f in fns.items():
-            for _ in range(runs):
-                t = time.perf_counter()
-                f()
-                times[engine].append(time.perf_counter() - t)
-    return {"glowpy": float(np.median(times["glowpy"])), "onnxruntime": float(np.median(times["onnxruntime"])),
-            "max_abs_diff": diff}
+    mine = list(glowpy.compile(str(path), backend="cpu", threads=1).run({name: x}).values())
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {name: x})
+    return {"max_abs_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(mine, theirs))}
 
 
 def run_worker(args: list[str], env: dict[str, str] | None = None) -> dict:
@@ -166,7 +176,14 @@ def bench(models: list[str], thread_counts: list[int], runs: dict[str, int], rou
                 cached = run_worker(["compile", "glowpy", str(path), str(threads)], env)
                 released = run_worker(["compile", "glowpy-release", str(path), str(threads)], env)
                 ort = run_worker(["compile", "onnxruntime", str(path), str(threads)], env)
-                lat = run_worker(["latency", str(path), str(threads), str(runs[name]), str(rounds)], env)
+                # rounds alternate the engines, each alone in a fresh process; median of the rounds' medians
+                per: dict[str, list[float]] = {"glowpy": [], "onnxruntime": []}
+                for _ in range(rounds):
+                    for engine in per:
+                        per[engine].append(run_worker(["latency", engine, str(path), str(threads),
+                                                       str(runs[name])], env)["median"])
+                lat = {k: float(np.median(v)) for k, v in per.items()}
+                lat.update(run_worker(["agree", str(path)], env))
             rows.append({"model": name, "threads": threads, "cold": cold, "cached": cached, "released": released,
                          "ort": ort, "lat": lat})
             print(f"  {name} x{threads}: glowpy {fmt_time(lat['glowpy'])}, onnxruntime {fmt_time(lat['onnxruntime'])}",
@@ -198,19 +215,21 @@ def main(argv: list[str] | None = None) -> int:
         kind = argv[1]
         if kind == "compile":
             out = worker_compile(argv[2], Path(argv[3]), int(argv[4]))
+        elif kind == "latency":
+            out = worker_latency(argv[2], Path(argv[3]), int(argv[4]), int(argv[5]))
         else:
-            out = worker_latency(Path(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
+            out = worker_agree(Path(argv[2]))
         print(json.dumps(out))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per engine (default: 5)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per engine (default: 3)")
     ap.add_argument("--runs", type=int, default=None,
-                    help="runs per round (default: 10 for CNNs, 2000 for the MLP)")
+                    help="timed runs per round (default: 30 for CNNs, 5000 for the MLP)")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     args = ap.parse_args(argv)
-    runs = {m: args.runs or (2000 if m == "mlp" else 10) for m in args.models}
+    runs = {m: args.runs or (5000 if m == "mlp" else 30) for m in args.models}
     import platform
 
     import llvmlite.binding as llvm

@@ -269,6 +269,9 @@ class CpuBackend(Backend):
     def compile(self, graph: Graph, **options: Any) -> CpuExecutable:
         # Building LLVM IR in llvmlite allocates ~10^5 small objects and no cycles worth collecting
         # meanwhile; the cyclic collector's passes over them cost a quarter of a cached compile.
+        # Collect first, though: the caller's unoptimized graph (nodes and values point at each other)
+        # is usually cyclic garbage by now, holding a model's worth of weights.
+        gc.collect()
         enabled = gc.isenabled()
         gc.disable()
         try:
