@@ -189,7 +189,9 @@ def add_dump(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="path of an .onnx file, or the name of one of onnx's light models (e.g. resnet50)")
     p.add_argument("--after", default="all", metavar="PASS",
                    help="a stage or pass name (stop after its first run), 'all' (default) or 'none' (as imported)")
-    p.add_argument("--format", "-f", choices=("text", "dot"), default="text", help="default: %(default)s")
+    p.add_argument("--format", "-f", choices=("text", "dot", "llvm", "asm"), default="text",
+                   help="IR as SSA text or DOT; or the backend's generated LLVM IR / assembly for the optimized "
+                        "graph (cpu backend). Default: %(default)s")
     p.add_argument("--stats", action="store_true", help="print op counts before/after and per-pass changes instead")
     p.add_argument("--verify", action="store_true", help="verify the graph after every pass")
     p.add_argument("--backend", "-b", default=DEFAULT_BACKEND, choices=sorted(BACKENDS),
@@ -246,6 +248,12 @@ def cmd_dump(args: argparse.Namespace) -> int:
                                 stop_after=None if args.after == "all" else args.after)
     if args.stats:
         print(format_stats(stats))
+    elif args.format in ("llvm", "asm"):
+        backend = glowpy.backends.get_backend(args.backend)
+        emit = getattr(backend, "emit_llvm" if args.format == "llvm" else "emit_assembly", None)
+        if emit is None:
+            raise UsageError(f"--format {args.format}: the {args.backend} backend generates no code")
+        print(emit(graph), end="")
     elif args.format == "dot":
         print(to_dot(graph), end="")
     else:

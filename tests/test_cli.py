@@ -87,3 +87,14 @@ def test_user_errors_are_one_line_exit_2(args, message, small_model: Path, tmp_p
 def test_no_command_prints_help(capsys) -> None:
     assert main([]) == 2
     assert "usage: glowpy" in capsys.readouterr().out
+
+
+def test_dump_llvm_and_assembly(small_model: Path, capsys) -> None:
+    """The CPU backend's generated code is printable: named kernels in LLVM IR, vector FMAs in assembly."""
+    assert main(["dump", str(small_model), "-s", "N=4", "--format", "llvm", "-b", "cpu"]) == 0
+    llvm = capsys.readouterr().out
+    assert "define " in llvm and "target triple" in llvm
+    assert main(["dump", str(small_model), "-s", "N=4", "--format", "asm", "-b", "cpu"]) == 0
+    assert ".text" in capsys.readouterr().out
+    assert main(["dump", str(small_model), "-s", "N=4", "--format", "llvm", "-b", "interpreter"]) == 2
+    assert "the interpreter backend generates no code" in capsys.readouterr().err
