@@ -13,7 +13,7 @@ from typing import Any
 
 from glowpy import optimizer as _optimizer
 from glowpy.backends import DEFAULT_BACKEND, get_backend
-from glowpy.compiled import CompiledModel
+from glowpy.compiled import CompiledModel, ImportSummary
 from glowpy.errors import GlowpyError, Status
 from glowpy.importer import ModelLike, ShapeMap, import_model
 from glowpy.importer.compat import CompatReport, check
@@ -43,15 +43,26 @@ def compile(  # noqa: A001  (the verb users expect)
 
     Backend options go in `**options`; the cpu backend takes `threads` (default $GLOWPY_NUM_THREADS, else
     the machine's CPU count), `cache` (reuse compiled code from the on-disk cache, default True),
-    `fast_kernels` and `profile`. An option the backend does not know raises UnsupportedAttribute."""
+    `fast_kernels`, `profile` and `release_weights` (default: True when the optimizer made a private copy).
+    An option the backend does not know raises UnsupportedAttribute."""
     be = get_backend(backend)
+    owned = not isinstance(model, Graph)  # imported here: nobody else sees this graph
+    start = time.perf_counter()
     graph = load(model, shapes)
+    del model
+    imported = ImportSummary(len(graph.nodes), graph.num_parameters,
+                             sum(c.type.nbytes for c in graph.constants.values()), time.perf_counter() - start)
     start = time.perf_counter()
     if optimize:
-        graph = _optimizer.optimize(graph, be)
+        # A graph we own is rewritten in place, so weights the passes replace (BatchNorm folding) die
+        # as they go instead of doubling the peak; a caller's graph is copied first.
+        graph = _optimizer.optimize(graph, be, in_place=owned)
+    if (optimize or owned) and "release_weights" in be.options:
+        # Our private graph: once its weights are packed into kernels it need not keep them alive.
+        options.setdefault("release_weights", True)
     executable = be.compile(graph, **options)
     return CompiledModel(graph, executable, be.name, compile_seconds=time.perf_counter() - start,
-                         cached=getattr(executable, "cached", False))
+                         cached=getattr(executable, "cached", False), imported=imported)
 
 
 __all__ = ["CompatReport", "CompiledModel", "Graph", "GlowpyError", "Partition", "Status", "__version__", "check",

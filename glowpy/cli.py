@@ -130,29 +130,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--iterations must be at least 1")
     model_path = args.model or str(default_model_path())
     shapes = _shape_bindings(args.shape)
-    t0 = time.perf_counter()
-    graph = glowpy.load(model_path, shapes=shapes or None)
-    import_s = time.perf_counter() - t0
-    compiled = glowpy.compile(graph, backend=args.backend, optimize=not args.no_opt)
-
+    compiled = glowpy.compile(model_path, backend=args.backend, shapes=shapes or None, optimize=not args.no_opt)
+    src = compiled.imported
     print(f"model     {model_path}" + ("  (default: onnx's light ResNet-50)" if not args.model else ""))
-    for v in graph.inputs:
-        print(f"input     {v.name}: {v.type}")
-    for v in graph.outputs:
-        print(f"output    {v.name}: {v.type}")
-    print(f"graph     {len(graph.nodes)} nodes, {_human_count(graph.num_parameters)} parameters "
-          f"({_human_bytes(sum(c.type.nbytes for c in graph.constants.values()))})")
+    for name, t in compiled.input_types.items():
+        print(f"input     {name}: {t}")
+    for name, t in compiled.output_types.items():
+        print(f"output    {name}: {t}")
+    after = f" ({len(compiled.graph.nodes)} after optimization)" if not args.no_opt else ""
+    print(f"graph     {src.nodes} nodes{after}, {_human_count(src.parameters)} parameters "
+          f"({_human_bytes(src.parameter_bytes)})")
     cache = " (cached)" if compiled.cached else ""
-    print(f"compile   {args.backend}: import {_fmt_ms(import_s)}, compile {_fmt_ms(compiled.compile_seconds)}{cache}"
+    print(f"compile   {args.backend}: import {_fmt_ms(src.seconds)}, compile {_fmt_ms(compiled.compile_seconds)}{cache}"
           + (f", arena {_human_bytes(compiled.arena_size)}" if compiled.arena_size else ""))
 
     feeds: dict[str, np.ndarray] = {}
     for item in args.input:
         name, path = _name_value(item, "--input")
         feeds[name] = load_array(path)
-    for v in graph.inputs:
-        if v.name not in feeds:
-            feeds[v.name] = deterministic_input(v.dtype, v.shape)
+    for name, t in compiled.input_types.items():
+        if name not in feeds:
+            feeds[name] = deterministic_input(t.dtype, t.shape)
 
     outputs = compiled.run(feeds)  # warm-up, and the outputs we report
     times = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,16 +42,27 @@ def check_feed(name: str, array: Any, expected_dtype: np.dtype, expected_shape: 
     return np.require(array, requirements="C")  # (ascontiguousarray would make a 0-d feed 1-d)
 
 
+@dataclass(frozen=True)
+class ImportSummary:
+    """The model as imported, before optimization (what `glowpy run` reports)."""
+
+    nodes: int
+    parameters: int
+    parameter_bytes: int
+    seconds: float
+
+
 class CompiledModel:
     """A model compiled for one backend. `run(feeds)` returns {output name: array} in graph order."""
 
     def __init__(self, graph: Graph, executable: Executable, backend: str, *, compile_seconds: float = 0.0,
-                 cached: bool = False) -> None:
+                 cached: bool = False, imported: ImportSummary | None = None) -> None:
         self.graph = graph
         self.executable = executable
         self.backend = backend
         self.compile_seconds = compile_seconds
         self.cached = cached
+        self.imported = imported
         self._inputs = {v.name: v for v in graph.inputs}
 
     @property

@@ -24,6 +24,8 @@ class Executable(ABC):
 
 class Backend(ABC):
     name: str = ""
+    #: keyword options `compile` accepts (glowpy.compile passes the caller's through)
+    options: tuple[str, ...] = ()
 
     def is_op_supported(self, node: Node) -> bool:
         """Glow's isOpSupported: can this backend execute the node as it is (op and types)?"""

@@ -50,6 +50,7 @@ def read_model(model: ModelLike) -> tuple[ModelProto, str | None]:
         except OSError as e:
             raise InvalidModel(f"cannot read model file '{path}': {e.strerror}") from None
         proto = parse_model_bytes(data, origin=str(path))
+        del data  # the proto has its own copy; do not hold two during import
         return proto, str(path.resolve().parent)
     if isinstance(model, (bytes, bytearray, memoryview)):
         return parse_model_bytes(bytes(model)), None
@@ -139,8 +140,10 @@ def toposort_nodes(nodes: Sequence[NodeProto], known: set[str]) -> list[NodeProt
 class Importer:
     """Lowers one ModelProto onto a Graph. Use `import_model`."""
 
-    def __init__(self, model: ModelProto, shapes: ShapeMap | None, base_dir: str | None) -> None:
+    def __init__(self, model: ModelProto, shapes: ShapeMap | None, base_dir: str | None, *,
+                 owns_proto: bool = False) -> None:
         self.model = model
+        self.owns_proto = owns_proto  # parsed here from bytes or a file: free to consume
         self.base_dir = base_dir
         self.shapes = dict(shapes or {})
         self.opsets = model_opsets(model)
@@ -219,6 +222,9 @@ class Importer:
             except (OSError, ValueError, onnx.checker.ValidationError) as e:
                 raise InvalidModel(f"initializer '{t.name}' cannot be read: {e}") from None
             arr.flags.writeable = False
+            if self.owns_proto:
+                # The array holds the data now: drop the proto's copy so import does not peak at 2x.
+                t.ClearField("raw_data")
             self.values[t.name] = self.graph.add_constant(t.name, arr)
 
     def _import_inputs(self, inputs: Sequence[ValueInfoProto]) -> None:
@@ -335,5 +341,5 @@ def import_model(model: ModelLike, shapes: ShapeMap | None = None) -> Graph:
     from glowpy.importer import ops  # noqa: F401  (fills the op table)
 
     proto, base_dir = read_model(model)
-    return Importer(proto, shapes, base_dir).run()
+    return Importer(proto, shapes, base_dir, owns_proto=proto is not model).run()
 

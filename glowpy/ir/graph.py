@@ -205,9 +205,18 @@ class Graph:
         for out in node.outputs:
             self._names.discard(out.name)
         self._node_names.discard(node.name)
+        # Break the node <-> output cycle and drop the operand references, so a removed node frees
+        # its weights at once instead of waiting for the cyclic collector (which a rewrite of every
+        # layer would otherwise outpace: old and new weights of a whole model alive together).
+        node.inputs = []
+        for out in node.outputs:
+            out.producer = None
 
-    def remove_unused_constants(self) -> int:
-        dead = [n for n, v in self.constants.items() if not v.users and all(o is not v for o in self.outputs)]
+    def remove_unused_constants(self, among: Iterable[Value] | None = None) -> int:
+        """Drop constants nothing uses (all of them, or only those in `among`); returns how many."""
+        candidates = self.constants.values() if among is None else [v for v in among if v.is_constant]
+        dead = list(dict.fromkeys(v.name for v in candidates if not v.users and self.constants.get(v.name) is v
+                                  and all(o is not v for o in self.outputs)))
         for n in dead:
             del self.constants[n]
             self._names.discard(n)

@@ -95,12 +95,16 @@ def rebuild(
     `replaces` is removed, and `node` too when nothing uses it any more.
     """
     target = replaces or node
+    old_weights = [v for n in (node, target) for v in n.inputs if v.is_constant]
     new = graph.add_node(op or node.op, list(node.inputs if inputs is None else inputs),
                          dict(node.attrs if attrs is None else attrs), name=root_name(node.name),
                          index=index_of(graph, node))
     replace_node(graph, target, new.outputs, adopt_names=True)
     if target is not node and not any(o.users or is_graph_output(graph, o) for o in node.outputs):
         graph.remove_node(node)
+    # Weights the copy replaced go now, not at the end of the pass: folding every BatchNorm of a
+    # model would otherwise hold old and new weights at once (a second copy of the model at peak).
+    graph.remove_unused_constants(among=old_weights)
     return new
 
 

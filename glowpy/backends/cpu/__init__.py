@@ -208,6 +208,7 @@ class CpuBackend(Backend):
     """llvmlite JIT for the host CPU."""
 
     name = "cpu"
+    options = OPTIONS
 
     def __init__(self) -> None:
         self.target = host_target()

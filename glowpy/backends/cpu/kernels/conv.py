@@ -244,15 +244,17 @@ def _pack_channel_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
 
 
 def _pack_winograd(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
-    """U = G g G^T (in float64) as [16][m-block][C][MR]."""
+    """U = G g G^T as [16][m-block][C][MR], zero past M. Transformed in float64 one m-block at a time,
+    written straight into the float32 result (a whole-tensor float64 pass peaked at ~6x the weights)."""
     C, M = geo.Cg, geo.M
     mr, _ = choose_tile(M, vw)
     mblocks = math.ceil(M / mr)
-    u = np.einsum("ai,mcij,bj->abmc", _WG, w.astype(np.float64), _WG).reshape(16, M, C)
-    up = np.zeros((16, mblocks * mr, C))
-    up[:, :M] = u
-    return [np.ascontiguousarray(up.reshape(16, mblocks, mr, C).transpose(0, 1, 3, 2)).astype(np.float32).ravel(),
-            bias]
+    out = np.zeros((16, mblocks, C, mr), dtype=np.float32)
+    for mb in range(mblocks):
+        rows = w[mb * mr:min(M, (mb + 1) * mr)].astype(np.float64)
+        u = np.einsum("ai,mcij,bj->abcm", _WG, rows, _WG).reshape(16, C, rows.shape[0])
+        out[:, mb, :, :rows.shape[0]] = u
+    return [out.ravel(), bias]
 
 
 def _pack_depthwise(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
