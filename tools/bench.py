@@ -63,6 +63,11 @@ def make_input(path: Path) -> tuple[str, np.ndarray]:
     return inp.name, np.random.default_rng(7).standard_normal(shape).astype(np.float32)
 
 
+def _optimize() -> bool:
+    """--no-opt reaches the worker processes through the environment."""
+    return os.environ.get("GLOWPY_BENCH_OPTIMIZE", "1") != "0"
+
+
 def peak_rss_mib() -> float:
     import resource
 
@@ -81,7 +86,7 @@ def worker_compile(engine: str, path: Path, threads: int) -> dict:
         # "glowpy-release": the optimizer's private copy of the graph gives up the weights the kernels packed
         extra = {"release_weights": True} if engine == "glowpy-release" else {}
         t = time.perf_counter()
-        model = glowpy.compile(str(path), backend="cpu", threads=threads, **extra)
+        model = glowpy.compile(str(path), backend="cpu", threads=threads, optimize=_optimize(), **extra)
         total = time.perf_counter() - t
         model.run({name: x})
         for _ in range(3):
@@ -114,7 +119,7 @@ def worker_latency(engine: str, path: Path, threads: int, runs: int) -> dict:
     if engine == "glowpy":
         import glowpy
 
-        model = glowpy.compile(str(path), backend="cpu", threads=threads)
+        model = glowpy.compile(str(path), backend="cpu", threads=threads, optimize=_optimize())
         f = lambda: model.run(feeds)  # noqa: E731
     else:
         import onnxruntime as ort
@@ -228,7 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=None,
                     help="timed runs per round (default: 30 for CNNs, 5000 for the MLP)")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
+    ap.add_argument("--no-opt", action="store_true",
+                    help="compile glowpy without the graph optimizer (to measure what the passes bring)")
     args = ap.parse_args(argv)
+    if args.no_opt:
+        os.environ["GLOWPY_BENCH_OPTIMIZE"] = "0"
     runs = {m: args.runs or (5000 if m == "mlp" else 30) for m in args.models}
     import platform
 
@@ -237,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import glowpy
 
-    print(f"glowpy {glowpy.__version__} (cpu backend, {llvm.get_host_cpu_name()}), onnxruntime "
+    print(f"glowpy {glowpy.__version__} (cpu backend, {llvm.get_host_cpu_name()}"
+          f"{', optimizer off' if args.no_opt else ''}), onnxruntime "
           f"{onnxruntime.__version__}, {os.cpu_count()} CPUs, Python {platform.python_version()}", file=sys.stderr)
     rows = bench(args.models, args.threads, runs, args.rounds)
     print(table(rows))
