@@ -243,6 +243,22 @@ def _pack_channel_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     return [np.ascontiguousarray(wg.reshape(geo.group, mpanels, nr, kg).transpose(0, 1, 3, 2)).ravel(), bp.ravel()]
 
 
+def full_or_edge_panel(b: ir.IRBuilder, nb: ir.Value, *, nfull: int, edge: int, nv: int, vw: int, run) -> None:
+    """Emit `run(nvec, tail_lanes)` for panel `nb`: the full width for the first `nfull` panels, the
+    masked edge of `edge` columns for the last one (code for a case only where it can occur)."""
+    edge_args = (math.ceil(edge / vw), edge % vw)
+    if edge == 0:
+        run(nv, 0)
+    elif nfull == 0:
+        run(*edge_args)
+    else:
+        with b.if_else(b.icmp_signed("<", nb, ir.Constant(I64, nfull), name="panel.isfull")) as (full, part):
+            with full:
+                run(nv, 0)
+            with part:
+                run(*edge_args)
+
+
 def _pack_winograd(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     """U = G g G^T as [16][m-block][C][MR], zero past M. Transformed in float64 one m-block at a time,
     written straight into the float32 result (a whole-tensor float64 pass peaked at ~6x the weights)."""
@@ -350,17 +366,7 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
 
                 block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=tile)
 
-            edge_args = (math.ceil(p_edge / vw), p_edge % vw)
-            if p_edge == 0:
-                run(nv, 0)
-            elif nfull == 0:
-                run(*edge_args)
-            else:
-                with b.if_else(b.icmp_signed("<", nb, ir.Constant(I64, nfull), name="panel.isfull")) as (full, part):
-                    with full:
-                        run(nv, 0)
-                    with part:
-                        run(*edge_args)
+            full_or_edge_panel(b, nb, nfull=nfull, edge=p_edge, nv=nv, vw=vw, run=run)
 
         panel_walk(vx, lo=lo, hi=hi, mblocks=mblocks, body=do_panel)
 
@@ -659,17 +665,7 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
 
             block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=tile)
 
-        edge_args = (math.ceil(t_edge / vw), t_edge % vw)
-        if t_edge == 0:
-            run(nv, 0)
-        elif nfull == 0:
-            run(*edge_args)
-        else:
-            with b.if_else(b.icmp_signed("<", nb, ir.Constant(I64, nfull), name="panel.isfull")) as (full, part):
-                with full:
-                    run(nv, 0)
-                with part:
-                    run(*edge_args)
+        full_or_edge_panel(b, nb, nfull=nfull, edge=t_edge, nv=nv, vw=vw, run=run)
 
     panel_walk(vx, lo=lo, hi=hi, mblocks=mblocks, body=do_panel)
     b.ret_void()

@@ -356,24 +356,6 @@ def broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]
     return strides
 
 
-def merge_dims(out: tuple[int, ...], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-    """Drop size-1 dims and merge adjacent dims that are contiguous in every array.
-    `strides[0]` must be the output's. Returns (dims, per-array strides)."""
-    keep = [d for d in range(len(out)) if out[d] != 1]
-    dims = [out[d] for d in keep]
-    st = [[s[d] for d in keep] for s in strides]
-    i = len(dims) - 2
-    while i >= 0:
-        if all(s[i] == s[i + 1] * dims[i + 1] for s in st):
-            dims[i] *= dims[i + 1]
-            for s in st:
-                s[i] = s[i + 1]
-                del s[i + 1]
-            del dims[i + 1]
-        i -= 1
-    return dims, st
-
-
 def emit_fused(module: ir.Module, name: str, group: FusedElementwise) -> ir.Function:
     """void name(out, in_0, ..., in_k, i32 tid, i32 nthreads)"""
     params = [("out", U.ptr_type(group.out_dtype))]
@@ -387,7 +369,7 @@ def emit_fused(module: ir.Module, name: str, group: FusedElementwise) -> ir.Func
     out_shape = group.out_shape
     all_strides = [broadcast_strides(out_shape, out_shape)] + [
         broadcast_strides(o.shape, out_shape) for o in group.operands]
-    dims, strides = merge_dims(out_shape, all_strides)
+    dims, strides = U.merge_nest(out_shape, all_strides)
     if not dims:  # a single element
         dims, strides = [1], [[0] for _ in all_strides]
     if math.prod(dims) == 0:
