@@ -35,6 +35,20 @@ SCALAR_OPS = frozenset({
 # --- per-element semantics -----------------------------------------------------------------------
 
 
+def _f64_to_f32_round_to_odd(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """f64 -> f32 truncated toward zero with the last bit set when inexact ("round to odd")."""
+    t = b.fptrunc(v, U.F32, name="rto.rne")
+    back = b.fpext(t, U.F64, name="rto.back")
+    mask = ir.Constant(U.I64, 0x7FFF_FFFF_FFFF_FFFF)
+    grew = b.icmp_unsigned(">", b.and_(b.bitcast(back, U.I64), mask), b.and_(b.bitcast(v, U.I64), mask),
+                           name="rto.grew")  # RNE rounded away from zero: step back toward it
+    bits = b.bitcast(t, U.I32)
+    bits = b.select(grew, b.sub(bits, ir.Constant(U.I32, 1)), bits)
+    inexact = b.fcmp_unordered("!=", back, v, name="rto.inexact")
+    bits = b.select(inexact, b.or_(bits, ir.Constant(U.I32, 1)), bits)
+    return b.bitcast(bits, U.F32, name="rto")
+
+
 def _cast(b: ir.IRBuilder, v: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Value:
     src, dst = np.dtype(src), np.dtype(dst)
     if src == dst:
@@ -48,7 +62,11 @@ def _cast(b: ir.IRBuilder, v: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Valu
         return b.uitofp(v, dt) if dst.kind == "f" else b.zext(v, dt)
     if src.kind == "f" and dst.kind == "f":
         if dst == np.float16:
-            # Round once, straight from the source precision (f64 -> f16 is not f64 -> f32 -> f16).
+            # Round once from the source precision. x86 has no f64 -> f16 instruction and LLVM would call
+            # compiler-rt's __truncdfhf2, which a JIT process may not have: go through f32 rounded to
+            # odd, which makes the second rounding (f32 -> f16, F16C) give the single-rounding result.
+            if st == U.F64:
+                v = _f64_to_f32_round_to_odd(b, v)
             h = b.fptrunc(v, U.F16)
             return b.fpext(h, U.F32)
         if st == dt:
