@@ -230,12 +230,6 @@ class Graph:
         for n in self.nodes:
             yield from n.outputs
 
-    def value(self, name: str) -> Value:
-        for v in self.values():
-            if v.name == name:
-                return v
-        raise KeyError(name)
-
     def to_networkx(self) -> nx.MultiDiGraph:
         g = nx.MultiDiGraph()
         for n in self.nodes:
