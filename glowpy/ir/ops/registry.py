@@ -41,6 +41,9 @@ class OpDef:
     num_outputs: int | Callable[[dict[str, Any]], int] = 1
     dtypes: frozenset = ALL_TYPES
     elementwise: bool = False
+    # The ONNX op (default domain) this IR op mirrors one to one: same operands, same attributes with
+    # the same meaning. The importer then needs no row of its own for it.
+    onnx: str | None = None
     doc: str = ""
 
     def outputs_for(self, attrs: dict[str, Any]) -> int:
