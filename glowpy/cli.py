@@ -235,15 +235,17 @@ def cmd_dump(args: argparse.Namespace) -> int:
     import glowpy
     from glowpy.ir import to_dot
     from glowpy.optimizer import OptimizeStats, pass_names
+    from glowpy.pipeline import optimized_graph
 
     names = pass_names()
     if args.after not in ("all", "none", *names):
         raise UsageError(f"--after {args.after}: unknown pass; choose all, none, or one of {', '.join(names)}")
-    graph = glowpy.load(_model_arg(args.model), shapes=_shape_bindings(args.shape) or None)
-    stats = OptimizeStats(before=graph.count_ops(), after=graph.count_ops())
-    if args.after != "none":
-        graph = glowpy.optimize(graph, args.backend, verify=args.verify or None, stats=stats,
-                                stop_after=None if args.after == "all" else args.after)
+    stats = OptimizeStats()
+    graph = optimized_graph(_model_arg(args.model), args.backend, _shape_bindings(args.shape) or None,
+                            optimize=args.after != "none", verify=args.verify or None, stats=stats,
+                            stop_after=None if args.after == "all" else args.after)
+    if args.after == "none":
+        stats.before = stats.after = graph.count_ops()
     if args.stats:
         print(format_stats(stats))
     elif args.format in ("llvm", "asm"):

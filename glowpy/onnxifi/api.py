@@ -495,17 +495,17 @@ def _take_weights(proto: onnx.ModelProto, addr: int, count: int, backend: Backen
 def _make_compiler(backend: Backend, proto: onnx.ModelProto,
                    output_names: list[str]) -> Callable[[dict[str, tuple[int, ...]] | None], Compiled]:
     def compile_for(shapes: dict[str, tuple[int, ...]] | None) -> Compiled:
-        from glowpy.importer import import_model
+        from glowpy.pipeline import compile_model
 
-        ir = import_model(proto, shapes)
         executor, _ = backend.executor()
-        executable = executor.compile(ir)
+        model = compile_model(proto, executor, shapes)  # the pipeline glowpy.compile runs
+        ir = model.graph
         if len(ir.outputs) != len(output_names):
             raise InvalidModel("the compiled graph has a different number of outputs", expected=len(output_names),
                                found=len(ir.outputs))
-        return Compiled(executable, tuple(v.name for v in ir.inputs),
+        return Compiled(model.executable, tuple(v.name for v in ir.inputs),
                         tuple((v.dtype, tuple(v.shape)) for v in ir.inputs),
-                        tuple((v.dtype, tuple(v.shape)) for v in ir.outputs))
+                        tuple((v.dtype, tuple(v.shape)) for v in ir.outputs), model)
 
     return compile_for
 

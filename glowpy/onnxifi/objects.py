@@ -189,6 +189,7 @@ class Compiled:
     input_names: tuple[str, ...]  # the executable's input order
     input_types: tuple[tuple[np.dtype, tuple[int, ...]], ...]
     output_types: tuple[tuple[np.dtype, tuple[int, ...]], ...]  # in model output order
+    model: Any = None  # the glowpy.CompiledModel (optimized graph, backend, executable)
 
 
 @dataclass(frozen=True)

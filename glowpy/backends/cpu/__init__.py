@@ -314,7 +314,9 @@ class CpuBackend(Backend):
             engine = load_object(obj, self.target)
         if store is not None:
             store.put_index(signature, {"key": key, "check": check})
-        return CpuExecutable(graph, program, engine, cached=cached, compile_seconds=time.perf_counter() - start)
+        executable = CpuExecutable(graph, program, engine, cached=cached, compile_seconds=time.perf_counter() - start)
+        executable.code_key = key  # names the generated code: equal keys, equal code
+        return executable
 
     def _compile_object(self, graph: Graph, text: str, nsteps: int) -> bytes:
         show = nsteps >= 40 and sys.stderr.isatty()

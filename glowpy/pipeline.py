@@ -1,0 +1,86 @@
+"""The one compile pipeline: import -> optimize for the backend -> backend compile.
+
+Every entry calls it: `glowpy.compile`, ONNXIFI's `onnxInitGraph` (and each later binding of symbolic
+dims), the `onnx.backend` face and the CLI. So the same model with the same options gives the same
+optimized graph, the same code and bit-identical outputs whichever door it came in by.
+
+    optimized_graph(model, backend)   # import + optimize: what `glowpy dump` prints
+    compile_model(model, backend)     # ... + backend.compile: a CompiledModel
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from glowpy import optimizer
+from glowpy.backends import DEFAULT_BACKEND, Backend, get_backend
+from glowpy.compiled import CompiledModel, ImportSummary
+from glowpy.importer import ModelLike, ShapeMap, import_model
+from glowpy.ir import Graph
+from glowpy.optimizer import OptimizeStats
+
+
+def load(model: ModelLike | Graph, shapes: ShapeMap | None = None) -> Graph:
+    """Import an ONNX model (bytes, path or ModelProto) into a verified IR graph; a Graph passes through."""
+    if isinstance(model, Graph):
+        return model
+    return import_model(model, shapes)
+
+
+def _summary(graph: Graph, seconds: float) -> ImportSummary:
+    return ImportSummary(len(graph.nodes), graph.num_parameters,
+                         sum(c.type.nbytes for c in graph.constants.values()), seconds)
+
+
+def optimized_graph(
+    model: ModelLike | Graph,
+    backend: str | Backend = DEFAULT_BACKEND,
+    shapes: ShapeMap | None = None,
+    *,
+    optimize: bool = True,
+    verify: bool | None = None,
+    stats: OptimizeStats | None = None,
+    stop_after: str | None = None,
+) -> Graph:
+    """Import `model` and run the optimizer for `backend` on it: the graph `compile_model` hands the
+    backend. A caller's Graph is left untouched (the passes work on a copy)."""
+    be = get_backend(backend)
+    owned = not isinstance(model, Graph)
+    graph = load(model, shapes)
+    if not optimize:
+        return graph
+    return optimizer.optimize(graph, be, in_place=owned, verify=verify, stats=stats, stop_after=stop_after)
+
+
+def compile_model(
+    model: ModelLike | Graph,
+    backend: str | Backend = DEFAULT_BACKEND,
+    shapes: ShapeMap | None = None,
+    *,
+    optimize: bool = True,
+    **options: Any,
+) -> CompiledModel:
+    """Import, optimize for `backend` (unless `optimize=False`) and compile. Backend options go in
+    `**options` (cpu: `threads`, `cache`, `fast_kernels`, `profile`, `release_weights`); an option the
+    backend does not know raises UnsupportedAttribute."""
+    be = get_backend(backend)
+    owned = not isinstance(model, Graph)  # imported here: nobody else sees this graph
+    start = time.perf_counter()
+    graph = load(model, shapes)
+    del model
+    imported = _summary(graph, time.perf_counter() - start)
+    start = time.perf_counter()
+    if optimize:
+        # A graph we own is rewritten in place, so weights the passes replace (BatchNorm folding) die
+        # as they go instead of doubling the peak; a caller's graph is copied first.
+        graph = optimizer.optimize(graph, be, in_place=owned)
+    if (optimize or owned) and "release_weights" in be.options:
+        # Our private graph: once its weights are packed into kernels it need not keep them alive.
+        options.setdefault("release_weights", True)
+    executable = be.compile(graph, **options)
+    return CompiledModel(graph, executable, be.name, compile_seconds=time.perf_counter() - start,
+                         cached=getattr(executable, "cached", False), imported=imported)
+
+
+__all__ = ["compile_model", "load", "optimized_graph"]
