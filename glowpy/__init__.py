@@ -8,37 +8,64 @@
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from glowpy.backends import DEFAULT_BACKEND
-from glowpy.compiled import CompiledModel
-from glowpy.errors import GlowpyError, Status
-from glowpy.importer import ModelLike, ShapeMap
-from glowpy.importer.compat import CompatReport, check
-from glowpy.importer.partition import Partition, partition
-from glowpy.ir import Graph
-from glowpy.optimizer import optimize
-from glowpy.pipeline import compile_model, load
+if TYPE_CHECKING:
+    from glowpy.compiled import CompiledModel
+    from glowpy.importer import ModelLike, ShapeMap
+    from glowpy.ir import Graph
 
 __version__ = "0.1.0"
+
+# Public names and the module each lives in. They are imported on first use (PEP 562), so
+# `import glowpy` costs milliseconds and pulls in neither onnx, llvmlite nor networkx.
+_LAZY = {
+    "CompatReport": "glowpy.importer.compat",
+    "check": "glowpy.importer.compat",
+    "CompiledModel": "glowpy.compiled",
+    "GlowpyError": "glowpy.errors",
+    "Status": "glowpy.errors",
+    "Graph": "glowpy.ir",
+    "Partition": "glowpy.importer.partition",
+    "partition": "glowpy.importer.partition",
+    "optimize": "glowpy.optimizer",
+    "load": "glowpy.pipeline",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'glowpy' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def compile(  # noqa: A001  (the verb users expect)
     model: ModelLike | Graph,
-    backend: str = DEFAULT_BACKEND,
+    backend: str | None = None,
     shapes: ShapeMap | None = None,
     optimize: bool = True,
     **options: Any,
 ) -> CompiledModel:
     """Import `model`, optimize it for `backend` (unless `optimize=False`) and compile it for
-    `backend`: "cpu" (the default: llvmlite JIT for the host CPU) or "interpreter" (numpy, the oracle).
+    `backend`: "cpu" (None: the default: llvmlite JIT for the host CPU) or "interpreter" (numpy, the oracle).
 
     Backend options go in `**options`; the cpu backend takes `threads` (default $GLOWPY_NUM_THREADS, else
     the machine's CPU count), `cache` (reuse compiled code from the on-disk cache, default True),
     `fast_kernels`, `profile` and `release_weights` (default: True when the optimizer made a private copy).
     An option the backend does not know raises UnsupportedAttribute. This is `glowpy.pipeline.compile_model`,
     the pipeline every entry (ONNXIFI, the onnx backend face, the CLI) runs."""
-    return compile_model(model, backend, shapes, optimize=optimize, **options)
+    from glowpy.backends import DEFAULT_BACKEND
+    from glowpy.pipeline import compile_model
+
+    return compile_model(model, backend or DEFAULT_BACKEND, shapes, optimize=optimize, **options)
 
 
 __all__ = ["CompatReport", "CompiledModel", "Graph", "GlowpyError", "Partition", "Status", "__version__", "check",

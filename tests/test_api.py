@@ -104,3 +104,15 @@ def test_load_returns_graph_and_compile_accepts_it() -> None:
     g = glowpy.load(two_input_model())
     assert isinstance(g, glowpy.Graph)
     assert glowpy.compile(g, backend="interpreter").output_names == ["Z", "Y"]
+
+
+def test_import_glowpy_is_light() -> None:
+    """`import glowpy` pulls in none of the heavy dependencies; they load when first needed."""
+    import subprocess
+    import sys
+
+    code = ("import sys, glowpy; heavy = [m for m in ('onnx', 'llvmlite', 'networkx', 'numpy') if m in sys.modules]; "
+            "print(heavy); glowpy.Status; glowpy.check; print('onnx' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]"
+    assert out[1] == "True"  # the lazy attributes do resolve
