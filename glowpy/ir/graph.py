@@ -10,11 +10,9 @@ which keeps use lists right; `verify()` re-derives everything and raises on any 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
-
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -66,8 +64,8 @@ class Node:
         self.inputs = inputs
         self.outputs = outputs
         self.attrs = attrs
-        self._prev: Node | _Root | None = None
-        self._next: Node | _Root | None = None
+        self._prev: Node = self  # a node outside a list is a ring of one
+        self._next: Node = self
         self._key = 0
         self._list: NodeList | None = None
 
@@ -94,16 +92,6 @@ class Node:
         return f"<Node {self.name}: {self.op}>"
 
 
-class _Root:
-    """The sentinel that closes a NodeList's ring: `_next` is the first node, `_prev` the last."""
-
-    __slots__ = ("_prev", "_next")
-
-    def __init__(self) -> None:
-        self._prev: Node | _Root = self
-        self._next: Node | _Root = self
-
-
 # Space between the position keys of neighbours after a renumbering: that many halvings (inserts
 # at one spot) fit before the keys around that spot run out and the list is renumbered.
 _KEY_GAP = 1 << 40
@@ -123,7 +111,7 @@ class NodeList:
     __slots__ = ("_root", "_len", "_stale")
 
     def __init__(self, nodes: Iterable[Node] = ()) -> None:
-        self._root = _Root()
+        self._root = Node("<root>", "<root>", [], [], {})  # closes the ring: _next is the first node
         self._len = 0
         self._stale = False
         for n in nodes:
@@ -143,16 +131,16 @@ class NodeList:
     def __iter__(self) -> Iterator[Node]:
         root, cur = self._root, self._root._next
         while cur is not root:
-            if cur._list is self:  # type: ignore[union-attr]
-                yield cur  # type: ignore[misc]
-            cur = cur._next  # type: ignore[assignment]
+            if cur._list is self:
+                yield cur
+            cur = cur._next
 
     def __reversed__(self) -> Iterator[Node]:
         root, cur = self._root, self._root._prev
         while cur is not root:
-            if cur._list is self:  # type: ignore[union-attr]
-                yield cur  # type: ignore[misc]
-            cur = cur._prev  # type: ignore[assignment]
+            if cur._list is self:
+                yield cur
+            cur = cur._prev
 
     def __getitem__(self, i: int | slice) -> Any:
         if isinstance(i, slice):
@@ -169,23 +157,23 @@ class NodeList:
 
     @property
     def first(self) -> Node | None:
-        return None if self._root._next is self._root else self._root._next  # type: ignore[return-value]
+        return None if self._root._next is self._root else self._root._next
 
     @property
     def last(self) -> Node | None:
-        return None if self._root._prev is self._root else self._root._prev  # type: ignore[return-value]
+        return None if self._root._prev is self._root else self._root._prev
 
     def after(self, node: Node) -> Node | None:
         """The node that follows `node`, None at the end."""
         self._check_member(node)
         nxt = node._next
-        return None if nxt is self._root else nxt  # type: ignore[return-value]
+        return None if nxt is self._root else nxt
 
     def before(self, node: Node) -> Node | None:
         """The node that precedes `node`, None at the start."""
         self._check_member(node)
         prv = node._prev
-        return None if prv is self._root else prv  # type: ignore[return-value]
+        return None if prv is self._root else prv
 
     # --- mutation ------------------------------------------------------------------------------
 
@@ -194,11 +182,11 @@ class NodeList:
 
     def insert_before(self, anchor: Node, node: Node) -> None:
         self._check_member(anchor)
-        self._link(node, anchor._prev, anchor)  # type: ignore[arg-type]
+        self._link(node, anchor._prev, anchor)
 
     def insert_after(self, anchor: Node, node: Node) -> None:
         self._check_member(anchor)
-        self._link(node, anchor, anchor._next)  # type: ignore[arg-type]
+        self._link(node, anchor, anchor._next)
 
     def insert(self, index: int, node: Node) -> None:
         """Insert at position `index` (list.insert semantics; O(index))."""
@@ -212,8 +200,8 @@ class NodeList:
     def remove(self, node: Node) -> None:
         self._check_member(node)
         prv, nxt = node._prev, node._next
-        prv._next = nxt  # type: ignore[union-attr]
-        nxt._prev = prv  # type: ignore[union-attr]
+        prv._next = nxt
+        nxt._prev = prv
         # node keeps _prev/_next so that an iterator standing on it can move on
         node._list = None
         self._len -= 1
@@ -251,7 +239,7 @@ class NodeList:
                 return i
         raise InternalError("node list is inconsistent", node=node.name, op=node.op)  # unreachable
 
-    def _link(self, node: Node, prv: Node | _Root, nxt: Node | _Root) -> None:
+    def _link(self, node: Node, prv: Node, nxt: Node) -> None:
         if node._list is not None:
             raise InternalError("node is already in a graph", node=node.name, op=node.op)
         node._prev, node._next = prv, nxt
@@ -264,8 +252,8 @@ class NodeList:
             if prv is root and nxt is root:
                 node._key = 0
                 return
-            lo = prv._key if prv is not root else nxt._key - 2 * _KEY_GAP  # type: ignore[union-attr]
-            hi = nxt._key if nxt is not root else prv._key + 2 * _KEY_GAP  # type: ignore[union-attr]
+            lo = prv._key if prv is not root else nxt._key - 2 * _KEY_GAP
+            hi = nxt._key if nxt is not root else prv._key + 2 * _KEY_GAP
             mid = (lo + hi) // 2
             if lo < mid < hi:
                 node._key = mid
@@ -563,13 +551,13 @@ class Graph:
         nl = self.nodes
         root, cur, count, last_key = nl._root, nl._root._next, 0, None
         while cur is not root:
-            if cur._list is not nl or cur._next._prev is not cur:  # type: ignore[union-attr]
-                raise InternalError("node list links are broken", node=cur.name, op=cur.op)  # type: ignore[union-attr]
-            if not nl._stale and last_key is not None and cur._key <= last_key:  # type: ignore[union-attr]
-                raise InternalError("node list keys are out of order", node=cur.name, op=cur.op)  # type: ignore[union-attr]
-            last_key = cur._key  # type: ignore[union-attr]
+            if cur._list is not nl or cur._next._prev is not cur:
+                raise InternalError("node list links are broken", node=cur.name, op=cur.op)
+            if not nl._stale and last_key is not None and cur._key <= last_key:
+                raise InternalError("node list keys are out of order", node=cur.name, op=cur.op)
+            last_key = cur._key
             count += 1
-            cur = cur._next  # type: ignore[union-attr]
+            cur = cur._next
         if count != len(nl):
             raise InternalError("node list length is stale", expected=count, found=len(nl))
 
