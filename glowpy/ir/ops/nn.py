@@ -128,14 +128,16 @@ def conv(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray, *res: np.ndar
     m, cg = w.shape[:2]
     ks = w.shape[2:]
     out_sp = _conv_infer(attrs, TensorType.of(x), TensorType.of(w), TensorType.of(b)).shape[2:]
-    xp = accumulator(_pad_spatial(x, attrs["pads"], 0.0))
+    xp = _pad_spatial(x, attrs["pads"], 0.0)
     xg = xp.reshape(n, g, cg, *xp.shape[2:])
-    wg = accumulator(w).reshape(g, m // g, cg, *ks)
-    acc = np.zeros((n, g, m // g, math.prod(out_sp)), dtype=xp.dtype)
-    for offs in product(*(range(k) for k in ks)):
+    wg = accumulator(w).reshape(g, m // g, cg * math.prod(ks))
+    # im2col: every kernel offset's window, in w's (cg, *ks) order, so that one product sums it all
+    offsets = list(product(*(range(k) for k in ks)))
+    cols = np.empty((n, g, cg, len(offsets), math.prod(out_sp)), dtype=wg.dtype)
+    for j, offs in enumerate(offsets):
         start = tuple(o * d for o, d in zip(offs, dil))
-        patch = _window(xg, start, strides, out_sp).reshape(n, g, cg, -1)
-        acc += np.matmul(wg[(Ellipsis, *offs)][None], patch)
+        cols[:, :, :, j] = _window(xg, start, strides, out_sp).reshape(n, g, cg, -1)
+    acc = np.matmul(wg[None], cols.reshape(n, g, cg * len(offsets), -1))
     y = acc.reshape(n, m, *out_sp) + b.reshape(1, m, *([1] * nsp))
     if res:
         y = y + res[0]
