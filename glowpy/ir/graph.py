@@ -64,8 +64,10 @@ class Node:
         self.inputs = inputs
         self.outputs = outputs
         self.attrs = attrs
-        self._prev: Node = self  # a node outside a list is a ring of one
-        self._next: Node = self
+        # None outside a list (not a ring of one: a self-cycle would leave a detached node, and
+        # the weights it holds, to the cyclic collector, which passes pause)
+        self._prev: Node | None = None
+        self._next: Node | None = None
         self._key = 0
         self._list: NodeList | None = None
 
@@ -112,6 +114,7 @@ class NodeList:
 
     def __init__(self, nodes: Iterable[Node] = ()) -> None:
         self._root = Node("<root>", "<root>", [], [], {})  # closes the ring: _next is the first node
+        self._root._prev = self._root._next = self._root
         self._len = 0
         self._stale = False
         for n in nodes:
