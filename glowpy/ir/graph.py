@@ -86,7 +86,7 @@ class Node:
 
     def set_input(self, index: int, value: Value) -> None:
         old = self.inputs[index]
-        old.users.remove(self)
+        _drop_use(old.users, self)
         self.inputs[index] = value
         value.users.append(self)
 
@@ -273,6 +273,15 @@ class NodeList:
             raise InternalError("node is not in this graph", node=node.name, op=node.op)
 
 
+def _drop_use(users: list[Node], node: Node) -> None:
+    """Remove one use by `node`. The last use is checked first: dead-code removal walks the graph
+    backwards, so a value with thousands of users loses its latest one each time."""
+    if users and users[-1] is node:
+        users.pop()
+    else:
+        users.remove(node)
+
+
 def _fmt_attr(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:g}"
@@ -403,7 +412,7 @@ class Graph:
             if out.users or any(o is out for o in self.outputs):
                 raise InternalError("removing a node whose output is still used", node=node.name, op=node.op)
         for v in node.inputs:
-            v.users.remove(node)
+            _drop_use(v.users, node)
         self.nodes.remove(node)
         for out in node.outputs:
             self._names.discard(out.name)

@@ -296,3 +296,19 @@ def test_replace_all_uses_moves_every_use() -> None:
     g.replace_all_uses(x, y)
     assert x.users == [] and len(y.users) == 6000 and all(u.inputs == [y, y] for u in users)
     g.verify()
+
+
+def test_removing_many_users_in_either_order_keeps_use_lists_right() -> None:
+    g = Graph()
+    x = g.add_input("x", TensorType(F32, (4,)))
+    users = [g.add_node("Add", [x, x], name=f"u{i}") for i in range(1000)]
+    for u in users[:500]:
+        g.remove_node(u)  # oldest first (what a forward rewrite does)
+    for u in reversed(users[500:]):
+        g.remove_node(u)  # newest first (what eliminate_dead_code does)
+    assert x.users == [] and len(g.nodes) == 0
+    keep = [g.add_node("Add", [x, x], name=f"k{i}") for i in range(3)]
+    keep[1].set_input(1, keep[0].outputs[0])
+    assert x.users == [keep[0], keep[0], keep[1], keep[2], keep[2]]
+    g.outputs = [keep[1].outputs[0], keep[2].outputs[0]]
+    g.verify()
