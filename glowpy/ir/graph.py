@@ -132,18 +132,18 @@ class NodeList:
         return isinstance(node, Node) and node._list is self
 
     def __iter__(self) -> Iterator[Node]:
-        root, cur = self._root, self._root._next
-        while cur is not root:
-            if cur._list is self:
-                yield cur
-            cur = cur._next
+        return self._walk("_next")
 
     def __reversed__(self) -> Iterator[Node]:
-        root, cur = self._root, self._root._prev
+        return self._walk("_prev")
+
+    def _walk(self, link: str) -> Iterator[Node]:
+        root = self._root
+        cur = getattr(root, link)
         while cur is not root:
-            if cur._list is self:
+            if cur._list is self:  # skip nodes removed while the walk stood on them
                 yield cur
-            cur = cur._prev
+            cur = getattr(cur, link)
 
     def __getitem__(self, i: int | slice) -> Any:
         if isinstance(i, slice):
