@@ -94,7 +94,7 @@ def paused_gc() -> Iterator[None]:
 
     A full collection scans every live object, and a pass over a graph of thousands of nodes
     allocates enough to trigger one again and again, so the passes' cost grew with the square of
-    the graph (2.6 s of 4 in a 24,000-node graph went to the collector). Passes make little
+    the graph (eliminate_common_subexpressions on 24,000 nodes: 1.1 s, 0.19 s without). Passes make little
     cyclic garbage (Graph.remove_node breaks a removed node's cycles, so its weights go at once);
     what there is waits for the next collection after the block.
     """

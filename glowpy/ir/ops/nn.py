@@ -131,13 +131,16 @@ def conv(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray, *res: np.ndar
     xp = _pad_spatial(x, attrs["pads"], 0.0)
     xg = xp.reshape(n, g, cg, *xp.shape[2:])
     wg = accumulator(w).reshape(g, m // g, cg * math.prod(ks))
-    # im2col: every kernel offset's window, in w's (cg, *ks) order, so that one product sums it all
+    # im2col, one image at a time (the columns are kernel-size times the image): every kernel
+    # offset's window, in w's (cg, *ks) order, so that one product sums it all
     offsets = list(product(*(range(k) for k in ks)))
-    cols = np.empty((n, g, cg, len(offsets), math.prod(out_sp)), dtype=wg.dtype)
-    for j, offs in enumerate(offsets):
-        start = tuple(o * d for o, d in zip(offs, dil))
-        cols[:, :, :, j] = _window(xg, start, strides, out_sp).reshape(n, g, cg, -1)
-    acc = np.matmul(wg[None], cols.reshape(n, g, cg * len(offsets), -1))
+    cols = np.empty((g, cg, len(offsets), math.prod(out_sp)), dtype=wg.dtype)
+    acc = np.empty((n, g, m // g, math.prod(out_sp)), dtype=wg.dtype)
+    for i in range(n):
+        for j, offs in enumerate(offsets):
+            start = tuple(o * d for o, d in zip(offs, dil))
+            cols[:, :, j] = _window(xg[i], start, strides, out_sp).reshape(g, cg, -1)
+        np.matmul(wg, cols.reshape(g, cg * len(offsets), -1), out=acc[i])
     y = acc.reshape(n, m, *out_sp) + b.reshape(1, m, *([1] * nsp))
     if res:
         y = y + res[0]
