@@ -23,6 +23,21 @@ from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES, TensorType
 FUSED = {"activation": "none", "activation_params": ()}
 
 
+def accumulator(a: np.ndarray) -> np.ndarray:
+    """`a` in the type its products are summed in: float64 for f16/f32, long double for f64.
+
+    BLAS picks its kernel and summation order by an element's position in the output tile, and the
+    tiles differ between AVX2 and AVX-512 hosts, so two output channels with equal inputs and
+    weights can differ by ulps when summed in their own type (onnx's light models, all weights
+    equal, then give a softmax that is not uniform). Products of f32 values are exact in f64 and
+    the f64 sum is rounded once to f32, so those differences vanish. f64 operands go to long double,
+    which numpy sums without BLAS, in one order (k = 0, 1, ...) for every element.
+    """
+    if a.dtype.kind != "f":
+        return a
+    return a.astype(np.longdouble if a.dtype == np.float64 else np.float64, copy=False)
+
+
 def _check_activation(name: str, attrs: dict) -> None:
     if attrs["activation"] not in ACTIVATIONS:
         raise UnsupportedAttribute(
@@ -115,12 +130,17 @@ def conv(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray, *res: np.ndar
     out_sp = _conv_infer(attrs, TensorType.of(x), TensorType.of(w), TensorType.of(b)).shape[2:]
     xp = _pad_spatial(x, attrs["pads"], 0.0)
     xg = xp.reshape(n, g, cg, *xp.shape[2:])
-    wg = w.reshape(g, m // g, cg, *ks)
-    acc = np.zeros((n, g, m // g, math.prod(out_sp)), dtype=np.float64 if x.dtype == np.float64 else np.float32)
-    for offs in product(*(range(k) for k in ks)):
-        start = tuple(o * d for o, d in zip(offs, dil))
-        patch = _window(xg, start, strides, out_sp).reshape(n, g, cg, -1)
-        acc += np.matmul(wg[(Ellipsis, *offs)][None], patch)
+    wg = accumulator(w).reshape(g, m // g, cg * math.prod(ks))
+    # im2col, one image at a time (the columns are kernel-size times the image): every kernel
+    # offset's window, in w's (cg, *ks) order, so that one product sums it all
+    offsets = list(product(*(range(k) for k in ks)))
+    cols = np.empty((g, cg, len(offsets), math.prod(out_sp)), dtype=wg.dtype)
+    acc = np.empty((n, g, m // g, math.prod(out_sp)), dtype=wg.dtype)
+    for i in range(n):
+        for j, offs in enumerate(offsets):
+            start = tuple(o * d for o, d in zip(offs, dil))
+            cols[:, :, j] = _window(xg[i], start, strides, out_sp).reshape(g, cg, -1)
+        np.matmul(wg, cols.reshape(g, cg * len(offsets), -1), out=acc[i])
     y = acc.reshape(n, m, *out_sp) + b.reshape(1, m, *([1] * nsp))
     if res:
         y = y + res[0]
@@ -159,9 +179,9 @@ def conv_transpose(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> 
     ks = w.shape[2:]
     full = tuple(strides[i] * (x.shape[2 + i] - 1) + (ks[i] - 1) * dil[i] + 1 + attrs["output_padding"][i]
                  for i in range(nsp))
-    out = np.zeros((n, g, mg, *full), dtype=np.float64)
-    xg = x.reshape(n, g, c // g, -1)
-    wg = w.reshape(g, c // g, mg, *ks)
+    xg = accumulator(x).reshape(n, g, c // g, -1)
+    wg = accumulator(w).reshape(g, c // g, mg, *ks)
+    out = np.zeros((n, g, mg, *full), dtype=xg.dtype)
     for offs in product(*(range(k) for k in ks)):
         contrib = np.matmul(np.swapaxes(wg[(Ellipsis, *offs)], 1, 2)[None], xg)  # n, g, mg, pixels
         contrib = contrib.reshape(n, g, mg, *x.shape[2:])
@@ -388,7 +408,7 @@ def gemm(attrs: dict, a: np.ndarray, b: np.ndarray, *c: np.ndarray) -> np.ndarra
     """alpha * op(A) @ op(B) + beta * C, then the fused activation."""
     a = a.T if attrs["transA"] else a
     b = b.T if attrs["transB"] else b
-    y = attrs["alpha"] * (a.astype(np.float64) @ b)
+    y = attrs["alpha"] * (accumulator(a) @ accumulator(b))
     if c:
         y = y + attrs["beta"] * c[0]
     return apply_activation(y.astype(a.dtype), attrs)
@@ -419,8 +439,8 @@ def _matmul_infer(attrs: dict, a: TensorType, b: TensorType) -> TensorType:
 
 @op("MatMul", infer=_matmul_infer, inputs=(2, 2), dtypes=NUMERIC_TYPES, attrs=dict(FUSED))
 def matmul(attrs: dict, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """numpy matmul (batched, broadcasting), then the fused activation."""
-    return apply_activation(np.matmul(a, b).astype(a.dtype), attrs)
+    """numpy matmul (batched, broadcasting) summed in `accumulator`'s type, then the fused activation."""
+    return apply_activation(np.matmul(accumulator(a), accumulator(b)).astype(a.dtype), attrs)
 
 
 def _fc_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType) -> TensorType:
@@ -435,4 +455,4 @@ def _fc_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType) -> Tenso
 def fully_connected(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """X @ W + B with W stored (K, N), then the fused activation. Made by the optimizer from
     MatMul + Add and Gemm; never imported directly."""
-    return apply_activation((x.astype(np.float64) @ w + b).astype(x.dtype), attrs)
+    return apply_activation((accumulator(x) @ accumulator(w) + b).astype(x.dtype), attrs)
