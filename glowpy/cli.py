@@ -226,9 +226,13 @@ def add_dump(sub: argparse._SubParsersAction) -> None:
     add_model_arg(p)
     p.add_argument("--after", default="all", metavar="PASS",
                    help="a stage or pass name (stop after its first run), 'all' (default) or 'none' (as imported)")
-    p.add_argument("--format", "-f", choices=("text", "dot", "llvm", "asm"), default="text",
-                   help="IR as SSA text or DOT; or the backend's generated LLVM IR / assembly for the optimized "
-                        "graph (cpu backend). Default: %(default)s")
+    p.add_argument("--format", "-f", choices=("text", "dot", "svg", "png", "llvm", "asm"), default="text",
+                   help="IR as SSA text or DOT, or rendered by Graphviz (svg, png: needs its `dot` program); or the "
+                        "backend's generated LLVM IR / assembly for the optimized graph (cpu backend). "
+                        "Default: %(default)s")
+    p.add_argument("--output", "-o", metavar="FILE",
+                   help="write here instead of stdout (svg, png: default MODEL.svg / MODEL.png in the current "
+                        "directory, MODEL's name without its suffix)")
     p.add_argument("--stats", action="store_true", help="print op counts before/after and per-pass changes instead")
     p.add_argument("--verify", action="store_true", help="verify the graph after every pass")
     p.add_argument("--backend", "-b", default=DEFAULT_BACKEND, choices=sorted(BACKENDS),
@@ -266,6 +270,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     from glowpy.optimizer import OptimizeStats, pass_names
     from glowpy.pipeline import optimized_graph
 
+    dot_exe = graphviz_dot() if args.format in ("svg", "png") and not args.stats else None
     names = pass_names()
     if args.after not in ("all", "none", *names):
         raise UsageError(f"--after {args.after}: unknown pass; choose all, none, or one of {', '.join(names)}")
@@ -276,18 +281,51 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if args.after == "none":
         stats.before = stats.after = graph.count_ops()
     if args.stats:
-        print(format_stats(stats))
+        _emit(format_stats(stats) + "\n", args.output)
     elif args.format in ("llvm", "asm"):
         backend = glowpy.backends.get_backend(args.backend)
         emit = getattr(backend, "emit_llvm" if args.format == "llvm" else "emit_assembly", None)
         if emit is None:
             raise UsageError(f"--format {args.format}: the {args.backend} backend generates no code")
-        print(emit(graph), end="")
-    elif args.format == "dot":
-        print(to_dot(graph), end="")
+        _emit(emit(graph), args.output)
+    elif dot_exe is not None:
+        out = Path(args.output or f"{Path(args.model).stem}.{args.format}")
+        render_graphviz(dot_exe, to_dot(graph), args.format, out)
+        print(out)
     else:
-        print(graph)
+        _emit(to_dot(graph) if args.format == "dot" else f"{graph}\n", args.output)
     return EXIT_OK
+
+
+def _emit(text: str, path: str | None) -> None:
+    """Text to stdout, or to the file --output names."""
+    if path is None:
+        print(text, end="")
+        return
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise UsageError(f"cannot write '{path}': {e.strerror}") from None
+
+
+def graphviz_dot() -> str:
+    """The path of Graphviz's `dot` program."""
+    import shutil
+
+    exe = shutil.which("dot")
+    if exe is None:
+        raise UsageError("Graphviz 'dot' is not installed: apt-get install graphviz, or use -f dot")
+    return exe
+
+
+def render_graphviz(exe: str, dot: str, fmt: str, out: Path) -> None:
+    """Render DOT text to `out` (format `fmt`: svg, png) with Graphviz's `dot` program `exe`."""
+    import subprocess
+
+    proc = subprocess.run([exe, f"-T{fmt}", "-o", str(out)], input=dot, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        raise UsageError(f"Graphviz 'dot' failed writing '{out}': {lines[-1] if lines else proc.returncode}")
 
 
 # --- glowpy check ----------------------------------------------------------------------------------
