@@ -462,7 +462,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return EXIT_OK
     print(f"model          {model}")
-    print(f"settings       {args.backend} backend, {threads or 1} thread{'s' if (threads or 1) > 1 else ''}, "
+    counts = f"{threads} thread{'s' if threads > 1 else ''}" if threads else "default threads"
+    print(f"settings       {args.backend} backend, {counts}, "
           f"{rounds} round{'s' if rounds > 1 else ''} x {iterations} runs per engine"
           + (f", shapes {' '.join(args.shape)}" if args.shape else ""))
     print()

@@ -51,6 +51,23 @@ def _fmt_param(p: object) -> str:
     return f"{p:g}" if isinstance(p, float) else str(p)
 
 
+def _window(node: Node) -> str:
+    """A conv's or pool's window, stride and groups ("Conv 3x3/2 g32"); other ops: the op name."""
+    if node.op in ("Conv", "ConvTranspose"):
+        kernel = node.inputs[1].type.shape[2:]
+    elif "kernel_shape" in node.attrs:
+        kernel = tuple(node.attrs["kernel_shape"])
+    else:
+        return node.op
+    strides = tuple(node.attrs.get("strides") or ())
+    text = f"{node.op} {'x'.join(map(str, kernel))}"
+    if any(st != 1 for st in strides):
+        text += "/" + ("x".join(map(str, strides)) if len(set(strides)) > 1 else str(strides[0]))
+    if node.attrs.get("group", 1) != 1:
+        text += f" g{node.attrs['group']}"
+    return text
+
+
 def absorbed(node: Node) -> list[str]:
     """What the optimizer fused into `node`, as label lines: the activation epilogue with its
     parameters ("+relu", "+clip(0, 6)") and a Conv's residual add (its 4th operand)."""
@@ -99,7 +116,7 @@ def to_dot(graph: Graph, *, show_constants: bool = False) -> str:
     classes = []
     for n in graph.nodes:
         nconst = sum(1 for v in n.inputs if v.is_constant)
-        label = [n.op, *absorbed(n)]
+        label = [_window(n), *absorbed(n)]
         if nconst and not show_constants:
             label.append(f"+{nconst} weights")
         cls = op_class(n.op)

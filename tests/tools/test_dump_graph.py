@@ -91,11 +91,12 @@ def test_dot_colours_absorbed_and_shapes(net: Path, capsys) -> None:
     assert set(ir) == {k for k in nodes if k.startswith("node:")}
     for key, n in ir.items():
         assert nodes[key]["fillcolor"] == CLASS_COLOURS[op_class(n.op)], key
-        assert nodes[key]["label"].split("\\n")[0] == n.op
+        assert nodes[key]["label"].split("\\n")[0].split()[0] == n.op
     labels = sorted(nodes[k]["label"] for k in ir)
     # BatchNorm folded, the residual Add and Relu fused into conv1; Clip(0, 6) into conv2
-    assert "Conv\\n+residual add\\n+relu\\n+2 weights" in labels
-    assert "Conv\\n+clip(0, 6)\\n+2 weights" in labels
+    assert "Conv 3x3\\n+residual add\\n+relu\\n+2 weights" in labels
+    assert "Conv 1x1\\n+clip(0, 6)\\n+2 weights" in labels
+    assert "MaxPool 2x2/2" in labels
     assert not any(n.op in ("BatchNormalization", "Add", "Relu", "Clip") for n in graph.nodes)
     colours = {nodes[k]["fillcolor"] for k in ir}
     assert colours == {CLASS_COLOURS[c] for c in ("conv/matmul", "pooling", "normalization", "reduction",
@@ -116,7 +117,7 @@ def test_dot_colours_absorbed_and_shapes(net: Path, capsys) -> None:
 
 def test_dot_before_optimization(net: Path, capsys) -> None:
     nodes = _nodes(_dot([str(net), "--after", "none"], capsys))
-    by_label = {a["label"].split("\\n")[0]: a["fillcolor"] for k, a in nodes.items() if k.startswith("node:")}
+    by_label = {a["label"].split("\\n")[0].split()[0]: a["fillcolor"] for k, a in nodes.items() if k.startswith("node:")}
     assert by_label["BatchNormalization"] == by_label["LRN"] == CLASS_COLOURS["normalization"]
     assert by_label["Add"] == by_label["Relu"] == by_label["Clip"] == CLASS_COLOURS["elementwise/activation"]
     assert "+relu" not in "".join(a["label"] for a in nodes.values())
