@@ -174,7 +174,7 @@ def constant(ctx: NodeContext) -> list[Value]:
         if not is_supported_onnx_dtype(val.data_type):
             raise ctx.error(UnsupportedDatatype, "constant element type not supported",
                             found=onnx.TensorProto.DataType.Name(val.data_type))
-        data = numpy_helper.to_array(val, ctx.importer.base_dir or "")
+        return [ctx.tensor_constant(0, val)]
     else:
         dtype = np.float32 if "float" in key else np.int64
         data = np.array(val, dtype=dtype)
@@ -569,7 +569,7 @@ def slice_(ctx: NodeContext) -> list[Value]:
 def gather(ctx: NodeContext) -> list[Value]:
     x, idx = ctx.input(0), ctx.input(1)
     axis = ctx.axis(ctx.attr("axis", 0), x.type.rank)
-    data = ctx.importer.evaluate(idx)
+    data = ctx.known(1)
     if data is not None and ((data >= x.shape[axis]) | (data < -x.shape[axis])).any():
         raise ctx.error(InvalidModel, "gather index out of range", expected=f"-{x.shape[axis]}..{x.shape[axis] - 1}",
                         found=int(data.max()))
