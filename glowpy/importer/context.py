@@ -8,7 +8,7 @@ import numpy as np
 from onnx import NodeProto, TensorProto
 
 from glowpy.errors import GlowpyError, InvalidModel, UnsupportedAttribute, UnsupportedShape
-from glowpy.importer.table import OnnxOp, attribute_values, require_const_operand
+from glowpy.importer.table import OnnxOp, attribute_values, require_const_operand, schema_defaults
 from glowpy.ir.graph import Value
 
 if TYPE_CHECKING:
@@ -38,7 +38,13 @@ class NodeContext:
     # --- attributes and operands --------------------------------------------------------------
 
     def attr(self, key: str, default: Any = None) -> Any:
-        return self.attrs.get(key, default)
+        """The attribute's value; when absent, `default` if given, else the ONNX schema's default at this
+        node's opset (None when the schema has none)."""
+        if key in self.attrs:
+            return self.attrs[key]
+        if default is not None:
+            return default
+        return schema_defaults(self.node.domain, self.node.op_type, self.opset).get(key)
 
     @property
     def num_inputs(self) -> int:
@@ -84,7 +90,10 @@ class NodeContext:
     # --- emitting -----------------------------------------------------------------------------
 
     def emit(self, op: str, inputs: list[Value], attrs: dict[str, Any] | None = None) -> list[Value]:
-        """Append an IR node (named after this ONNX node) and return its outputs."""
+        """Append an IR node (named after this ONNX node) and return its outputs. An attribute whose
+        value is None is left out: the IR op's default applies (an ONNX attribute the node's opset lacks)."""
+        if attrs:
+            attrs = {k: v for k, v in attrs.items() if v is not None}
         try:
             return self.host.emit(self, op, inputs, attrs)
         except GlowpyError as e:
