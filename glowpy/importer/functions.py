@@ -39,6 +39,8 @@ class Body:
 
 
 def _schema(node: NodeProto, opsets: dict[str, int]) -> onnx.defs.OpSchema | None:
+    if not isinstance(node.op_type, str) or not isinstance(node.domain, str):
+        return None  # a name that is not UTF-8 (protobuf hands it over as bytes): no schema has it
     ver = opsets.get(normalize_domain(node.domain))
     if ver is None:
         return None

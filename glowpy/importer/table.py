@@ -18,6 +18,7 @@ from onnx import AttributeProto, NodeProto
 
 from glowpy.errors import (
     InternalError,
+    InvalidModel,
     UnsupportedAttribute,
     UnsupportedDatatype,
     UnsupportedOperator,
@@ -146,8 +147,14 @@ def mirror(ir_op: str, op_type: str | None = None) -> OnnxOp:
             break
         since, ver = older.since_version, older.since_version - 1
 
+    lo, hi = opdef.inputs
+
     def convert(ctx: NodeContext) -> list[Value]:
-        return ctx.emit(ir_op, ctx.inputs(), {k: tuple(v) if isinstance(v, list) else v for k, v in ctx.attrs.items()})
+        inputs = ctx.inputs()
+        if len(inputs) < lo or (hi is not None and len(inputs) > hi):
+            raise ctx.error(InvalidModel, "wrong number of inputs", expected=f"{lo}..{hi if hi is not None else 'n'}",
+                            found=len(inputs))
+        return ctx.emit(ir_op, inputs, {k: tuple(v) if isinstance(v, list) else v for k, v in ctx.attrs.items()})
 
     entry = OnnxOp(op_type, convert, attrs, opdef.dtypes, since=max(since, MIN_OPSET))
     TABLE[("", op_type)] = entry

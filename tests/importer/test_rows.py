@@ -8,7 +8,7 @@ import pytest
 from ops.util import NODE, check, expect_error, node_model, randn
 
 import glowpy
-from glowpy.errors import UnsupportedAttribute, UnsupportedVersion
+from glowpy.errors import InvalidModel, Status, UnsupportedAttribute, UnsupportedVersion
 from glowpy.importer import TABLE
 from glowpy.importer.table import mirror_declared, schema_defaults
 from glowpy.ir.ops import OPS, get_op
@@ -77,3 +77,19 @@ def test_a_node_outside_any_row_or_function_is_unsupported() -> None:
     model, _ = node_model("Cos", [randn(3)], opset=13)
     with pytest.raises(glowpy.errors.UnsupportedOperator, match=rf"node '{NODE}' \(Cos\): operator Cos is not"):
         glowpy.load(model)
+
+
+def test_a_mirrored_op_with_the_wrong_number_of_operands_is_an_invalid_model() -> None:
+    model, _ = node_model("Relu", [randn(3), randn(3)], opset=13)
+    with pytest.raises(InvalidModel, match=rf"node '{NODE}' \(Relu, opset 13\): wrong number of inputs "
+                                           r"\(expected 1..1, found 2\)"):
+        glowpy.load(model)
+    assert glowpy.check(model).nodes[0].status == Status.INVALID_MODEL
+
+
+def test_a_node_whose_op_type_is_not_utf8_is_unsupported() -> None:
+    model, _ = node_model("Relu", [randn(3)], opset=13)
+    data = model.SerializeToString().replace(b"\"\x04Relu", b"\"\x04R\xffl\xfe")  # field 4: op_type
+    assert glowpy.check(data).status == Status.UNSUPPORTED_OPERATOR
+    with pytest.raises(glowpy.errors.UnsupportedOperator):
+        glowpy.load(data)
