@@ -23,7 +23,6 @@ Every node gets a verdict; a failure never stops the others.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,7 +40,7 @@ from glowpy.errors import (
     UnsupportedOperator,
 )
 from glowpy.importer.context import NodeContext
-from glowpy.importer.onnx_import import read_model
+from glowpy.importer.onnx_import import ModelLike, read_model
 from glowpy.importer.table import OnnxOp, normalize_domain
 from glowpy.importer.walk import (
     Host,
@@ -60,7 +59,6 @@ from glowpy.ir.types import TensorType, dtype_from_onnx, dtype_to_onnx
 if TYPE_CHECKING:
     from glowpy.backends.base import Backend
 
-ModelLike = bytes | bytearray | memoryview | str | os.PathLike | ModelProto
 
 OK_STATUSES = frozenset({Status.SUCCESS, Status.FALLBACK})
 FOLD_LIMIT = 4096  # elements: shape-like values are computed during the check; bigger ones stay types
@@ -228,34 +226,34 @@ class Checker(Host):
         self.model = model
         self.backend = backend
         self.backend_name = backend_name
-        self.shapes = dict(shapes or {})
         self.slots: dict[str, Slot] = {}
         self.issues: list[Issue] = []
         self.verdicts: dict[int, NodeVerdict] = {}
-        self.order: list[int] = []
-        self.opsets: dict[str, int] = {}
         self.assumes: list[str] = []
         self._unused_bad: dict[str, GlowpyError] = {}
         self._declared: dict[str, ValueInfoProto] = {}
         # the node being converted: what its verdict assumes, the IR nodes it emitted
         self._notes: list[str] = []
         self._emitted: list[Node] = []
-        self._walk = Walk(model, self, self.shapes)
+        self._walk = Walk(model, self, shapes)
 
     def run(self) -> CompatReport:
         if not self.model.HasField("graph"):
             return self._report([Issue(Status.INVALID_MODEL, "the model has no graph")])
         g = self.model.graph
         self._declared = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
-        walk = self._walk
-        walk.run()
-        self.opsets, self.order = walk.opsets, walk.order
+        self._walk.run()
         used = {x for n in g.node for x in n.input}
         for name, err in self._unused_bad.items():
             if name not in used:
                 self.issues.append(Issue(err.status, str(err)))
         self.assumes = [s.runtime_note for name, s in self.slots.items() if s.runtime_note and name not in used]
         return self._report(self.issues)
+
+    @property
+    def order(self) -> list[int]:
+        """The walk's topological order of the nodes (those on a cycle left out)."""
+        return self._walk.order
 
     def _report(self, issues: list[Issue]) -> CompatReport:
         verdicts = [self.verdicts[i] for i in range(len(self.model.graph.node))] if issues is self.issues else []

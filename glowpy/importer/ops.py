@@ -33,7 +33,7 @@ from glowpy.importer.table import (
     onnx_op,
 )
 from glowpy.ir.graph import Value
-from glowpy.ir.types import ALL_TYPES, FLOAT_TYPES, NUMERIC_TYPES, dtype_from_onnx, is_supported_onnx_dtype
+from glowpy.ir.types import ALL_TYPES, NUMERIC_TYPES, dtype_from_onnx, is_supported_onnx_dtype
 
 # --- elementwise ---------------------------------------------------------------------------------
 
@@ -49,7 +49,7 @@ def gelu(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Gelu", [ctx.input(0)], {"approximate": ctx.attr("approximate")})
 
 
-@onnx_op("Clip", attrs={"min": FLOAT, "max": FLOAT}, dtypes=NUMERIC_TYPES, const_inputs=(1, 2), value_inputs=(1, 2))
+@onnx_op("Clip", attrs={"min": FLOAT, "max": FLOAT}, const_inputs=(1, 2), value_inputs=(1, 2))
 def clip(ctx: NodeContext) -> list[Value]:
     if ctx.opset < 11:
         lo, hi = ctx.attr("min", -math.inf), ctx.attr("max", math.inf)
@@ -83,12 +83,12 @@ def _cast_target(ctx: NodeContext, to: int) -> np.dtype:
     return dtype_from_onnx(to)
 
 
-@onnx_op("Cast", attrs={"to": INT, "saturate": IGNORED, "round_mode": one_of("up")}, dtypes=ALL_TYPES)
+@onnx_op("Cast", attrs={"to": INT, "saturate": IGNORED, "round_mode": one_of("up")})
 def cast(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Cast", [ctx.input(0)], {"to": _cast_target(ctx, ctx.attr("to"))})
 
 
-@onnx_op("Pow", dtypes=NUMERIC_TYPES)
+@onnx_op("Pow")
 def pow_(ctx: NodeContext) -> list[Value]:
     base, exp = ctx.input(0), ctx.input(1)
     if exp.dtype == base.dtype:
@@ -279,7 +279,7 @@ def _pool(op_type: str, extra: dict[str, Rule]) -> None:
     attrs = {"auto_pad": AUTO_PAD, "kernel_shape": POSITIVE_INTS, "pads": NON_NEGATIVE_INTS, "strides": POSITIVE_INTS,
              "ceil_mode": BOOL_INT, **extra}
 
-    @onnx_op(op_type, attrs=attrs, dtypes=FLOAT_TYPES if op_type == "AveragePool" else NUMERIC_TYPES)
+    @onnx_op(op_type, attrs=attrs)
     def convert(ctx: NodeContext) -> list[Value]:
         x = ctx.input(0)
         if "kernel_shape" not in ctx.attrs:
@@ -383,7 +383,7 @@ def reshape_target(ctx: NodeContext, x: Value, spec: tuple[int, ...], allowzero:
     return tuple(out)
 
 
-@onnx_op("Reshape", attrs={"allowzero": BOOL_INT}, dtypes=ALL_TYPES, const_inputs=(1,), output_shape_input=1)
+@onnx_op("Reshape", attrs={"allowzero": BOOL_INT}, const_inputs=(1,), output_shape_input=1)
 def reshape(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     shape = reshape_target(ctx, x, ctx.required_ints(1), ctx.attr("allowzero"))
@@ -442,14 +442,14 @@ def unsqueeze(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Reshape", [x], {"shape": tuple(shape)})
 
 
-@onnx_op("Transpose", attrs={"perm": INTS}, dtypes=ALL_TYPES)
+@onnx_op("Transpose", attrs={"perm": INTS})
 def transpose(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     perm = tuple(ctx.attr("perm", list(range(x.type.rank))[::-1]))
     return ctx.emit("Transpose", [x], {"perm": tuple(p % x.type.rank if x.type.rank else p for p in perm)})
 
 
-@onnx_op("Concat", attrs={"axis": INT}, dtypes=ALL_TYPES)
+@onnx_op("Concat", attrs={"axis": INT})
 def concat(ctx: NodeContext) -> list[Value]:
     xs = ctx.inputs()
     if "axis" not in ctx.attrs:
@@ -457,7 +457,7 @@ def concat(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Concat", xs, {"axis": ctx.axis(ctx.attr("axis"), xs[0].type.rank)})
 
 
-@onnx_op("Split", attrs={"axis": INT, "split": POSITIVE_INTS, "num_outputs": POSITIVE}, dtypes=ALL_TYPES,
+@onnx_op("Split", attrs={"axis": INT, "split": POSITIVE_INTS, "num_outputs": POSITIVE},
          const_inputs=(1,), max_outputs=1 << 16)
 def split(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
@@ -475,7 +475,7 @@ def split(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Split", [x], {"axis": axis, "split": tuple(sizes)})
 
 
-@onnx_op("Slice", attrs={"starts": INTS, "ends": INTS, "axes": INTS}, dtypes=ALL_TYPES, const_inputs=(1, 2, 3, 4))
+@onnx_op("Slice", attrs={"starts": INTS, "ends": INTS, "axes": INTS}, const_inputs=(1, 2, 3, 4))
 def slice_(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     r = x.type.rank
@@ -516,7 +516,7 @@ def slice_(ctx: NodeContext) -> list[Value]:
                                    "steps": tuple(out_st)})
 
 
-@onnx_op("Gather", attrs={"axis": INT}, dtypes=ALL_TYPES)
+@onnx_op("Gather", attrs={"axis": INT})
 def gather(ctx: NodeContext) -> list[Value]:
     x, idx = ctx.input(0), ctx.input(1)
     axis = ctx.axis(ctx.attr("axis"), x.type.rank)
@@ -527,7 +527,7 @@ def gather(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Gather", [x, idx], {"axis": axis})
 
 
-@onnx_op("Expand", dtypes=ALL_TYPES, const_inputs=(1,), since=8, output_shape_input=1)
+@onnx_op("Expand", const_inputs=(1,), since=8, output_shape_input=1)
 def expand(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Expand", [ctx.input(0)], {"shape": ctx.required_ints(1)})
 
@@ -573,7 +573,7 @@ def pad(ctx: NodeContext) -> list[Value]:
 
 def _reduce(op_type: str, axes_input_since: int) -> None:
     @onnx_op(op_type, attrs={"axes": INTS, "keepdims": BOOL_INT, "noop_with_empty_axes": BOOL_INT},
-             dtypes=NUMERIC_TYPES, const_inputs=(1,))
+             const_inputs=(1,))
     def convert(ctx: NodeContext) -> list[Value]:
         x = ctx.input(0)
         axes = _axes_operand(ctx, axes_input_since)
@@ -590,7 +590,7 @@ _reduce("ReduceMean", 18)
 _reduce("ReduceMax", 18)
 
 
-@onnx_op("ArgMax", attrs={"axis": INT, "keepdims": BOOL_INT, "select_last_index": BOOL_INT}, dtypes=NUMERIC_TYPES)
+@onnx_op("ArgMax", attrs={"axis": INT, "keepdims": BOOL_INT, "select_last_index": BOOL_INT})
 def argmax(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     return ctx.emit("ArgMax", [x], {"axis": ctx.axis(ctx.attr("axis"), x.type.rank),
