@@ -4,7 +4,7 @@ Each entry names the ONNX op, the opsets glowpy handles, a rule for every attrib
 understands, the element types it accepts for its main operand (by default those of the IR op of
 the same name), which operands must be known at compile time, and the converter that emits IR.
 An ONNX op an IR op mirrors one to one needs no converter: `mirror` makes its row from the IR op
-(and the walk does so for every IR op declared with `onnx=`). The importer's walk reads these
+(ops.py calls `mirror_declared` for every IR op declared with `onnx=`). The importer's walk reads these
 entries with both of its hosts (`check_node` is the shared gate), so the graph builder and the
 compatibility check cannot drift. An ONNX op with no entry imports through its function body, if
 it has one (functions.py).
