@@ -17,7 +17,7 @@ import numpy as np
 
 from glowpy.errors import MismatchingDatatype, MismatchingShape, UnsupportedAttribute, UnsupportedShape
 from glowpy.ir.ops.elementwise import ACTIVATIONS, apply_activation, broadcast_shapes
-from glowpy.ir.ops.registry import REQUIRED, op
+from glowpy.ir.ops.registry import FROM_ONNX, REQUIRED, op
 from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES, TensorType
 
 FUSED = {"activation": "none", "activation_params": ()}
@@ -118,7 +118,7 @@ def _conv_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType, *res: 
     infer=_conv_infer,
     inputs=(3, 4),
     dtypes=FLOAT_TYPES,
-    attrs={"group": 1, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED, **FUSED},
+    attrs={"group": FROM_ONNX, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED, **FUSED},
 )
 def conv(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray, *res: np.ndarray) -> np.ndarray:
     """N-d grouped convolution (cross-correlation), bias, optional residual, fused activation."""
@@ -168,7 +168,8 @@ def _convt_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType) -> Te
     infer=_convt_infer,
     inputs=(3, 3),
     dtypes=FLOAT_TYPES,
-    attrs={"group": 1, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED, "output_padding": REQUIRED},
+    attrs={"group": FROM_ONNX, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED,
+           "output_padding": REQUIRED},
 )
 def conv_transpose(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Transposed convolution: scatter each input pixel through the kernel."""
@@ -255,7 +256,8 @@ def _pool(x: np.ndarray, attrs: dict, pad_value, reduce, extra_value=None) -> np
     "MaxPool",
     infer=_pool_infer("MaxPool"),
     dtypes=NUMERIC_TYPES,
-    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED, "ceil_mode": 0},
+    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED,
+           "ceil_mode": FROM_ONNX},
 )
 def max_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Max over each window; padding never wins."""
@@ -267,7 +269,8 @@ def max_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
     "AveragePool",
     infer=_pool_infer("AveragePool"),
     dtypes=FLOAT_TYPES,
-    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "ceil_mode": 0, "count_include_pad": 0},
+    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "ceil_mode": FROM_ONNX,
+           "count_include_pad": FROM_ONNX},
 )
 def average_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Mean over each window; the divisor counts explicit padding only if count_include_pad."""
@@ -308,7 +311,7 @@ def _bn_infer(attrs: dict, x: TensorType, *params: TensorType) -> TensorType:
     return x
 
 
-@op("BatchNormalization", infer=_bn_infer, inputs=(5, 5), dtypes=FLOAT_TYPES, attrs={"epsilon": 1e-5})
+@op("BatchNormalization", infer=_bn_infer, inputs=(5, 5), dtypes=FLOAT_TYPES, attrs={"epsilon": FROM_ONNX})
 def batch_norm(attrs: dict, x, scale, bias, mean, var) -> np.ndarray:
     """Inference-mode batch normalization over dim 1."""
     shape = (1, -1) + (1,) * (x.ndim - 2)
@@ -318,7 +321,7 @@ def batch_norm(attrs: dict, x, scale, bias, mean, var) -> np.ndarray:
 
 
 @op("LRN", infer=lambda a, x: x, dtypes=FLOAT_TYPES,
-    attrs={"size": REQUIRED, "alpha": 1e-4, "beta": 0.75, "bias": 1.0})
+    attrs={"size": REQUIRED, "alpha": FROM_ONNX, "beta": FROM_ONNX, "bias": FROM_ONNX})
 def lrn(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Local response normalization across channels."""
     size = attrs["size"]
@@ -341,7 +344,8 @@ def _ln_infer(attrs: dict, x: TensorType, scale: TensorType, *bias: TensorType) 
     return x
 
 
-@op("LayerNormalization", infer=_ln_infer, inputs=(2, 3), dtypes=FLOAT_TYPES, attrs={"axis": -1, "epsilon": 1e-5})
+@op("LayerNormalization", infer=_ln_infer, inputs=(2, 3), dtypes=FLOAT_TYPES, attrs={"axis": FROM_ONNX,
+    "epsilon": FROM_ONNX})
 def layer_norm(attrs: dict, x: np.ndarray, scale: np.ndarray, *bias: np.ndarray) -> np.ndarray:
     """Normalize over dims axis..end, then scale and shift."""
     axes = tuple(range(attrs["axis"] % x.ndim, x.ndim))
@@ -364,14 +368,14 @@ def _softmax_infer(name: str):
     return infer
 
 
-@op("Softmax", infer=_softmax_infer("Softmax"), dtypes=FLOAT_TYPES, attrs={"axis": -1})
+@op("Softmax", infer=_softmax_infer("Softmax"), dtypes=FLOAT_TYPES, attrs={"axis": FROM_ONNX})
 def softmax(attrs: dict, x: np.ndarray) -> np.ndarray:
     """exp(x - max) / sum over one axis (opset-13 semantics; the importer reshapes older ones)."""
     e = np.exp(x - x.max(axis=attrs["axis"], keepdims=True))
     return (e / e.sum(axis=attrs["axis"], keepdims=True)).astype(x.dtype)
 
 
-@op("LogSoftmax", infer=_softmax_infer("LogSoftmax"), dtypes=FLOAT_TYPES, attrs={"axis": -1})
+@op("LogSoftmax", infer=_softmax_infer("LogSoftmax"), dtypes=FLOAT_TYPES, attrs={"axis": FROM_ONNX})
 def log_softmax(attrs: dict, x: np.ndarray) -> np.ndarray:
     """x - max - log(sum(exp(x - max))) over one axis."""
     s = x - x.max(axis=attrs["axis"], keepdims=True)
@@ -402,7 +406,7 @@ def _gemm_infer(attrs: dict, a: TensorType, b: TensorType, *c: TensorType) -> Te
     infer=_gemm_infer,
     inputs=(2, 3),
     dtypes=FLOAT_TYPES,
-    attrs={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0, **FUSED},
+    attrs={"alpha": FROM_ONNX, "beta": FROM_ONNX, "transA": FROM_ONNX, "transB": FROM_ONNX, **FUSED},
 )
 def gemm(attrs: dict, a: np.ndarray, b: np.ndarray, *c: np.ndarray) -> np.ndarray:
     """alpha * op(A) @ op(B) + beta * C, then the fused activation."""
