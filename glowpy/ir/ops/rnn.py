@@ -23,7 +23,7 @@ the pre-activations), `layout`, `input_forget` (LSTM), `linear_before_reset` (GR
 
 Ragged sequences follow onnxruntime: entry n runs sequence_lens[n] steps (reverse: from step
 len - 1 down to 0); Y is zero at the steps past its length and Y_h / Y_c keep the state after its
-last step (the initial state for a length of 0).
+last step (zeros for a length of 0).
 
 The reference is written the way a backend lowers it: per direction one GEMM projects the input of
 every step at once (X · Wᵀ + Wb), then each step is the recurrent GEMM (H · Rᵀ + Rb) plus the gates.
@@ -258,9 +258,11 @@ def _compute(cell: Cell):
                 if lstm:
                     c = np.where(keep, c_new, c)
                 y[t[active], d, rows[active]] = h_new[active]
-            y_h[d] = h
+            # An entry of length 0 has no last step: onnxruntime gives zeros, not the initial state.
+            ran = (lens > 0)[:, None]
+            y_h[d] = np.where(ran, h, 0)
             if lstm:
-                y_c[d] = c
+                y_c[d] = np.where(ran, c, 0)
         outs = [y, y_h] + ([y_c] if lstm else [])
         if layout:
             outs = [y.transpose(2, 0, 1, 3)] + [o.swapaxes(0, 1) for o in outs[1:]]
