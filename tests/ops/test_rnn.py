@@ -154,8 +154,9 @@ def test_batch1_and_long_sequence(op):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_float64(op):
-    check(BACKEND, op, inputs(op, direction="bidirectional", dtype=np.float64), opset=14,
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_dtypes(op, dtype):
+    check(BACKEND, op, inputs(op, direction="bidirectional", dtype=dtype), opset=14,
           attrs=attrs_for(direction="bidirectional"), outputs=OUTPUTS[op])
 
 

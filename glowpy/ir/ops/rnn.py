@@ -36,15 +36,11 @@ from collections.abc import Callable
 import numpy as np
 
 from glowpy.errors import InvalidShape, MismatchingDatatype, MismatchingShape, UnsupportedAttribute
+from glowpy.ir.ops.elementwise import ACTIVATIONS
 from glowpy.ir.ops.registry import REQUIRED, op
 from glowpy.ir.types import FLOAT_TYPES, TensorType
 
 DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return 1.0 / (1.0 + np.exp(-x))
 
 
 def _elu(x: np.ndarray, a: float) -> np.ndarray:
@@ -60,7 +56,7 @@ def _elu(x: np.ndarray, a: float) -> np.ndarray:
 RNN_ACTIVATIONS: dict[str, tuple[Callable[[np.ndarray, float, float], np.ndarray], object, object]] = {
     "Relu": (lambda x, a, b: np.maximum(x, 0), None, None),
     "Tanh": (lambda x, a, b: np.tanh(x), None, None),
-    "Sigmoid": (lambda x, a, b: _sigmoid(x), None, None),
+    "Sigmoid": (lambda x, a, b: ACTIVATIONS["sigmoid"](x, ()), None, None),
     "Affine": (lambda x, a, b: a * x + b, REQUIRED, REQUIRED),
     "LeakyRelu": (lambda x, a, b: np.where(x >= 0, x, a * x), 0.01, None),
     "ThresholdedRelu": (lambda x, a, b: np.where(x > a, x, 0), 1.0, None),
@@ -108,7 +104,7 @@ def activations_of(cell: Cell, attrs: dict) -> list[tuple[tuple[str, float | Non
         raise UnsupportedAttribute(f"'activations' needs {k} function(s) per direction", op=cell.name,
                                    expected=k * dirs, found=len(acts))
     for a in acts:
-        spec = RNN_ACTIVATIONS.get(a[0]) if isinstance(a, tuple) and len(a) == 3 else None
+        spec = RNN_ACTIVATIONS.get(a[0]) if isinstance(a, (tuple, list)) and len(a) == 3 else None
         if spec is None or any((p is None) != (d is None) for p, d in zip(a[1:], spec[1:])):
             raise UnsupportedAttribute("activation must be (name, alpha, beta), a parameter given exactly where "
                                        "the function takes one", op=cell.name, expected=sorted(RNN_ACTIVATIONS),
