@@ -283,7 +283,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if args.stats:
         _emit(format_stats(stats) + "\n", args.output)
     elif args.format in ("llvm", "asm"):
-        backend = glowpy.backends.get_backend(args.backend)
+        from glowpy.backends import get_backend
+
+        backend = get_backend(args.backend)
         emit = getattr(backend, "emit_llvm" if args.format == "llvm" else "emit_assembly", None)
         if emit is None:
             raise UsageError(f"--format {args.format}: the {args.backend} backend generates no code")

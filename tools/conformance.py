@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import glowpy  # noqa: E402
+import glowpy.backends  # noqa: E402
 from glowpy.errors import GlowpyError, Status  # noqa: E402
 
 UNSUPPORTED = {Status.UNSUPPORTED_OPERATOR, Status.UNSUPPORTED_ATTRIBUTE, Status.UNSUPPORTED_DATATYPE,

@@ -1,7 +1,6 @@
 """ONNX → IR. `import_model` is the full importer; `table` is the op table it shares with the
 cheap compatibility path."""
 
-from glowpy.importer import ops as _ops  # noqa: F401  (registers the converters in the table)
 from glowpy.importer.onnx_import import ModelLike, ShapeMap, import_model, read_model
 from glowpy.importer.table import TABLE, check_node
 

@@ -15,7 +15,6 @@ import pytest
 from onnx import helper
 
 import glowpy
-import glowpy.importer.rnn  # noqa: F401  (registers the LSTM / GRU / RNN rows)
 from glowpy.errors import InvalidShape, MismatchingShape, UnsupportedAttribute, UnsupportedOperator
 from tools.conformance import node_cases, run_case
 
