@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from glowpy.ir import activations
 from glowpy.ir.graph import Graph, Node, Value
 from glowpy.optimizer.rewrite import add_weight, const_data, index_of, replace_node, root_name, transposed
 
@@ -51,14 +52,11 @@ def lowering(op: str) -> Callable[[Lowering], Lowering]:
 
 
 def emit_activation(b: Builder, y: Value, name: str, params: Sequence[Any]) -> Value:
-    """A fused epilogue (elementwise.ACTIVATIONS) as a standalone node."""
-    if name == "none":
+    """A fused epilogue (an entry of glowpy/ir/activations.py) as a standalone node."""
+    if name == activations.NONE:
         return y
-    if name == "clip":
-        return b("Clip", y, min=params[0], max=params[1])
-    if name == "leaky_relu":
-        return b("LeakyRelu", y, alpha=params[0])
-    return b({"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}[name], y)
+    act = activations.ACTIVATIONS[name]
+    return b(act.op, y, **act.attrs_of(tuple(params)))
 
 
 @lowering("Softmax")
