@@ -31,6 +31,7 @@ import numpy as np
 
 from glowpy.backends.base import Backend, Executable
 from glowpy.backends.cpu import codegen
+from glowpy.backends.cpu.activations import EMITTERS
 from glowpy.backends.cpu.cache import ObjectCache, cache_key, graph_signature
 from glowpy.backends.cpu.irutil import supported_dtype
 from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, HEAVY_OPS, Lowering
@@ -225,6 +226,19 @@ class CpuBackend(Backend):
         if node.op not in SUPPORTED_OPS:
             return False
         return all(self._dtype_ok(v.dtype) for v in (*node.inputs, *node.outputs))
+
+    def supports_fused_activation(self, node: Node, activation: str) -> bool:
+        """Float Conv / Gemm / MatMul / FullyConnected kernels apply any activation with an emitter."""
+        return activation in EMITTERS and node.outputs[0].dtype.kind == "f"
+
+    def supports_fused_residual(self, node: Node) -> bool:
+        return node.op == "Conv" and node.outputs[0].dtype.kind == "f"
+
+    def should_lower(self, node: Node) -> bool:
+        """A BatchNormalization the optimizer could not fold (after a Concat, or of a value with other
+        users) becomes a per-channel Mul and Add: the elementwise fuser then merges it with its
+        neighbours, and the scale and shift are computed once, at compile time."""
+        return node.op == "BatchNormalization" and node.inputs[0].type.rank >= 2
 
     def check(self, graph: Graph) -> None:
         for node in graph.nodes:

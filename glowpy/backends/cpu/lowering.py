@@ -1,13 +1,11 @@
-"""IR graph -> a list of kernel steps (fusion happens here).
+"""IR graph -> a list of kernel steps.
 
 A `Step` is one call in the generated entry: an LLVM function plus what to pass it (graph values,
-compile-time arrays that go into the weights block, a per-thread scratch region, null). Fusion:
+compile-time arrays that go into the weights block, a per-thread scratch region, null). Graph
+rewrites (BatchNorm folding, epilogue fusion) are the optimizer's; here:
 
-- **epilogues**: a Conv / Gemm / MatMul / FullyConnected absorbs the single-consumer chain after it:
-  BatchNormalization and per-channel Add/Sub/Mul/Div by constants fold into the conv's weights and
-  bias at compile time (per-column Add into a matrix product's bias), a same-shape runtime Add
-  becomes the conv's residual operand, and Relu / Clip / LeakyRelu / Sigmoid / Tanh its activation;
-  the IR may already carry these (the optimizer's fused `activation` and Conv's 4th input).
+- **epilogues**: a Conv / Gemm / MatMul / FullyConnected emits the activation and residual operand
+  the optimizer fused into it (its `activation` attributes and Conv's 4th input);
 - **elementwise groups**: a tree of elementwise ops whose intermediate values have no consumer outside
   the tree (and the tree's output shape) is one loop; BatchNormalization counts as elementwise
   (a per-channel affine).
@@ -35,19 +33,15 @@ from glowpy.backends.cpu.kernels import elementwise as EW
 from glowpy.backends.cpu.kernels import linalg, movement, norm, pool, reduce
 from glowpy.backends.cpu.kernels.common import KernelInfo
 from glowpy.errors import GlowpyError, InternalError, UnsupportedOperator
+from glowpy.ir.activations import ACTIVATIONS
 from glowpy.ir.graph import Graph, Node, Value
 
 # Below this much work (roughly element-ops) a kernel runs on one thread: a barrier costs more.
 PARALLEL_MIN_WORK = 1 << 16
 
-ELEMENTWISE_OPS = EW.SCALAR_OPS - {"Affine"}
+ELEMENTWISE_OPS = EW.SCALAR_OPS
 HEAVY_OPS = frozenset({"Conv", "Gemm", "MatMul", "FullyConnected"})
 ALIAS_OPS = frozenset({"Reshape", "Identity", "Dropout"})
-ACTIVATION_OF = {"Relu": "relu", "Clip": "clip", "LeakyRelu": "leaky_relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
-# The inverse: an activation as an elementwise op, for epilogues that cannot stay in the kernel.
-ACTIVATION_OPS = {"relu": ("Relu", lambda p: {}), "clip": ("Clip", lambda p: {"min": p[0], "max": p[1]}),
-                  "leaky_relu": ("LeakyRelu", lambda p: {"alpha": p[0]}),
-                  "sigmoid": ("Sigmoid", lambda p: {}), "tanh": ("Tanh", lambda p: {})}
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,15 +83,19 @@ class Step:
 
 @dataclass
 class Epilogue:
-    """What a heavy op absorbed after it."""
+    """A heavy op's fused epilogue, as the optimizer set it on the node (glowpy/optimizer/fuse.py)."""
 
     nodes: list[Node]
     out: Value
     activation: str = "none"
     params: tuple = ()
     residual: Value | None = None
-    scale: np.ndarray | None = None  # per output channel / column, float64
-    shift: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, node: Node) -> Epilogue:
+        residual = node.inputs[3] if node.op == "Conv" and len(node.inputs) > 3 else None
+        return cls([node], node.outputs[0], node.attrs.get("activation", "none"),
+                   tuple(node.attrs.get("activation_params", ())), residual)
 
 
 def _ident(text: str) -> str:
@@ -352,8 +350,8 @@ class Lowering:
 
     def run(self) -> list[Step]:
         for node in self.graph.nodes:
-            if node.op in HEAVY_OPS and id(node) not in self._claimed and node.outputs[0].dtype.kind == "f":
-                self._lower_heavy(node, self._absorb(node))
+            if node.op in HEAVY_OPS:
+                self._lower_heavy(node, Epilogue.of(node))
         for node in reversed(self.graph.nodes):
             if id(node) in self._claimed or node.op not in ELEMENTWISE_OPS or node.op in ("Identity", "Dropout"):
                 continue
@@ -373,96 +371,10 @@ class Lowering:
             self.add(Step(self.fname([node]), None, [], [node.outputs[0]], [node],
                           alias=(node.outputs[0], node.inputs[0])))
             return
-        if node.op in HEAVY_OPS:  # integer MatMul
-            self._lower_heavy(node, Epilogue([node], node.outputs[0], node.attrs.get("activation", "none"),
-                                             tuple(node.attrs.get("activation_params", ()))))
-            return
         method = getattr(self, f"_lower_{node.op}", None)
         if method is None:
             raise UnsupportedOperator("the CPU backend has no kernel for this op", node=node.name, op=node.op)
         method(node)
-
-    # --- fusion: epilogues --------------------------------------------------------------------
-
-    def _per_channel(self, const: Value, out_shape: tuple[int, ...], axis: int) -> np.ndarray | None:
-        """The constant as one value per entry of `axis` of out_shape, if that is all it varies along."""
-        shape = const.shape
-        if len(shape) > len(out_shape):
-            return None
-        padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
-        if any(d != 1 for i, d in enumerate(padded) if i != axis):
-            return None
-        data = np.asarray(const.data, dtype=np.float64).reshape(-1)
-        n = out_shape[axis]
-        return np.full(n, data[0]) if data.size == 1 else data.copy() if data.size == n else None
-
-    def _absorb(self, node: Node) -> Epilogue:
-        is_conv = node.op == "Conv"
-        epi = Epilogue([node], node.outputs[0], node.attrs.get("activation", "none"),
-                       tuple(node.attrs.get("activation_params", ())),
-                       node.inputs[3] if is_conv and len(node.inputs) > 3 else None)
-        out_rank = node.outputs[0].type.rank
-        matmul_2d = node.op != "MatMul" or (node.inputs[1].type.rank == 2 and out_rank >= 1)
-        if is_conv:
-            foldable, channel_axis = node.inputs[1].is_constant and node.inputs[2].is_constant, 1
-        else:
-            foldable, channel_axis = matmul_2d and out_rank >= 1, out_rank - 1
-        while True:
-            cur = epi.out
-            if id(cur) in self._outputs or len(cur.users) != 1:
-                break
-            u = cur.users[0]
-            if id(u) in self._claimed or len(u.outputs) != 1:
-                break
-            y = u.outputs[0]
-            if y.shape != cur.shape or y.dtype != cur.dtype or sum(v is cur for v in u.inputs) != 1:
-                break
-            others = [v for v in u.inputs if v is not cur]
-            pre = epi.activation == "none" and epi.residual is None
-            if u.op in ACTIVATION_OF and epi.activation == "none":
-                epi.activation = ACTIVATION_OF[u.op]
-                if u.op == "Clip":
-                    epi.params = (float(u.attrs["min"]), float(u.attrs["max"]))
-                elif u.op == "LeakyRelu":
-                    epi.params = (float(u.attrs["alpha"]),)
-                else:
-                    epi.params = ()
-            elif (u.op == "BatchNormalization" and is_conv and pre and foldable and u.inputs[0] is cur
-                  and all(v.is_constant for v in u.inputs[1:])):
-                s, bb, m, var = (np.asarray(v.data, dtype=np.float64) for v in u.inputs[1:])
-                k = s / np.sqrt(var + u.attrs["epsilon"])
-                self._affine(epi, k, bb - m * k)
-            elif u.op in ("Add", "Sub", "Mul", "Div") and pre and foldable and others[0].is_constant:
-                c = self._per_channel(others[0], cur.shape, channel_axis)
-                first = u.inputs[0] is cur
-                if c is None or (u.op in ("Sub", "Div") and not first) or (u.op in ("Mul", "Div") and not is_conv):
-                    break
-                if u.op == "Add":
-                    self._affine(epi, None, c)
-                elif u.op == "Sub":
-                    self._affine(epi, None, -c)
-                elif u.op == "Mul":
-                    self._affine(epi, c, None)
-                else:
-                    self._affine(epi, 1.0 / c, None)
-            elif (u.op == "Add" and is_conv and pre and not others[0].is_constant
-                  and others[0].shape == cur.shape and others[0].dtype == cur.dtype):
-                epi.residual = others[0]
-            else:
-                break
-            epi.nodes.append(u)
-            epi.out = y
-        return epi
-
-    @staticmethod
-    def _affine(epi: Epilogue, scale: np.ndarray | None, shift: np.ndarray | None) -> None:
-        """Compose y = y * scale + shift onto what the epilogue already folded."""
-        if scale is not None:
-            epi.scale = scale if epi.scale is None else epi.scale * scale
-            if epi.shift is not None:
-                epi.shift = epi.shift * scale
-        if shift is not None:
-            epi.shift = shift if epi.shift is None else epi.shift + shift
 
     # --- fusion: elementwise groups -----------------------------------------------------------
 
@@ -513,18 +425,13 @@ class Lowering:
 
         for n in nodes:
             if n.op == "BatchNormalization":
+                # Parameters broadcast over dim 1. The optimizer lowers a BatchNormalization it could
+                # not fold into a per-channel Mul and Add (CpuBackend.should_lower); this serves
+                # unoptimized graphs.
                 x = n.inputs[0]
                 view = (1, x.shape[1]) + (1,) * (x.type.rank - 2)
-                if all(v.is_constant for v in n.inputs[1:]):
-                    s, bb, m, var = (np.asarray(v.data, dtype=np.float64) for v in n.inputs[1:])
-                    k = s / np.sqrt(var + n.attrs["epsilon"])
-                    sa, ta = (k).astype(x.dtype), (bb - m * k).astype(x.dtype)
-                    a1 = operand(id(sa), self.array(sa), view, x.dtype, f"{n.name}.scale")
-                    a2 = operand(id(ta), self.array(ta), view, x.dtype, f"{n.name}.shift")
-                    exprs.append(EW.Expr("Affine", {}, [ref(x), a1, a2], [x.dtype] * 3, x.dtype, n.name))
-                else:
-                    refs = [ref(x)] + [ref(v, view) for v in n.inputs[1:]]
-                    exprs.append(EW.Expr("BatchNormalization", n.attrs, refs, [x.dtype] * 5, x.dtype, n.name))
+                refs = [ref(x)] + [ref(v, view) for v in n.inputs[1:]]
+                exprs.append(EW.Expr("BatchNormalization", n.attrs, refs, [x.dtype] * 5, x.dtype, n.name))
                 continue
             exprs.append(EW.Expr(n.op, n.attrs, [ref(v) for v in n.inputs], [v.dtype for v in n.inputs],
                                  n.outputs[0].dtype, n.name))
@@ -550,8 +457,8 @@ class Lowering:
             exprs.append(EW.Expr("Add", {}, [cur, term], [dt, dt], dt))
             cur = ("expr", len(exprs) - 1)
         if activation != "none":
-            op, attrs = ACTIVATION_OPS[activation]
-            exprs.append(EW.Expr(op, attrs(params), [cur], [dt], dt))
+            act = ACTIVATIONS[activation]
+            exprs.append(EW.Expr(act.op, act.attrs_of(params), [cur], [dt], dt))
         if not exprs:
             exprs.append(EW.Expr("Identity", {}, [cur], [dt], dt))
         group = EW.FusedElementwise(out.shape, dt, operands, exprs, ["acc", "addend"][:len(operands)])
@@ -594,14 +501,6 @@ class Lowering:
         if wv.is_constant and bv.is_constant:
             w = np.asarray(wv.data)
             bias = np.asarray(bv.data)
-            if epi.scale is not None or epi.shift is not None:
-                w64, b64 = w.astype(np.float64), bias.astype(np.float64)
-                if epi.scale is not None:
-                    w64 = w64 * epi.scale.reshape((-1,) + (1,) * (w.ndim - 1))
-                    b64 = b64 * epi.scale
-                if epi.shift is not None:
-                    b64 = b64 + epi.shift
-                w, bias = w64.astype(dt), b64.astype(dt)
             info = None
             gen = _conv_generator() if self.fast_kernels and dt == np.float32 and nsp in (1, 2) else None
             if gen is not None:
@@ -629,8 +528,6 @@ class Lowering:
             self.add(Step(info.function.name, info.function, args, [out], epi.nodes, work=work,
                           scratch=info.scratch_bytes_per_thread, inplace=self._residual_inplace(out, epi)))
             return
-        if epi.scale is not None or epi.shift is not None:
-            raise InternalError("folded an affine into a conv with runtime weights", node=node.name)
         fn, scratch = linalg.emit_conv_generic(
             self.kmod(), name, dt, x_shape=x.shape, w_shape=wv.shape, strides=a["strides"], pads=a["pads"],
             dilations=a["dilations"], group=a["group"], activation=epi.activation,
@@ -671,16 +568,6 @@ class Lowering:
         self.add(Step(info.function.name, info.function, args, [out], nodes, work=work,
                       scratch=info.scratch_bytes_per_thread))
 
-    def _bias_with_shift(self, bias: np.ndarray | None, kind: str, epi: Epilogue, M: int, N: int, dt: np.dtype
-                         ) -> tuple[np.ndarray | None, str]:
-        if epi.shift is None:
-            return bias, kind
-        if kind == "none":
-            return epi.shift.astype(dt), "col"
-        if kind == "col":
-            return (bias.astype(np.float64) + epi.shift).astype(dt), "col"
-        return (bias.astype(np.float64) + epi.shift.reshape(1, N)).astype(dt), "full"
-
     def _heavy_Gemm(self, node: Node, epi: Epilogue) -> None:
         a_v, b_v = node.inputs[0], node.inputs[1]
         c_v = node.inputs[2] if len(node.inputs) > 2 else None
@@ -699,7 +586,6 @@ class Lowering:
                     bias, kind = np.ascontiguousarray(np.broadcast_to(c, (M, N))).astype(dt), "full"
             else:
                 post = c_v
-        bias, kind = self._bias_with_shift(bias, kind, epi, M, N, dt)
         work = 2.0 * M * N * K
         if post is None:
             self._gemm(epi.nodes, epi.out, a_v, M=M, N=N, K=K, a_trans=bool(at["transA"]), b=b_v,
@@ -719,14 +605,13 @@ class Lowering:
         dt = node.outputs[0].dtype
         work = 2.0 * M * N * K
         if b_v.is_constant:
-            bias, kind = self._bias_with_shift(np.asarray(b_v.data).astype(dt), "col", epi, M, N, dt)
+            bias, kind = np.asarray(b_v.data).astype(dt), "col"
             self._gemm(epi.nodes, epi.out, x, M=M, N=N, K=K, a_trans=False, b=w, b_trans=False, alpha=1.0,
                        bias=bias, bias_kind=kind, activation=epi.activation, params=epi.params, work=work)
             return
-        bias, kind = self._bias_with_shift(None, "none", epi, M, N, dt)
         tmp = self._temp(epi.out, "acc")
         self._gemm(epi.nodes, tmp, x, M=M, N=N, K=K, a_trans=False, b=w, b_trans=False, alpha=1.0,
-                   bias=bias, bias_kind=kind, activation="none", params=(), work=work)
+                   bias=None, bias_kind="none", activation="none", params=(), work=work)
         self._post_elementwise(epi.nodes, tmp, epi.out, b_v, 1.0, epi.activation, epi.params)
 
     def _heavy_MatMul(self, node: Node, epi: Epilogue) -> None:
@@ -742,9 +627,8 @@ class Lowering:
             M = math.prod(a2[:-1])
             work = 2.0 * M * N * K
             if dt.kind == "f":
-                bias, kind = self._bias_with_shift(None, "none", epi, M, N, dt)
                 self._gemm(epi.nodes, out, a_v, M=M, N=N, K=K, a_trans=False, b=b_v, b_trans=False, alpha=1.0,
-                           bias=bias, bias_kind=kind, activation=epi.activation, params=epi.params, work=work)
+                           bias=None, bias_kind="none", activation=epi.activation, params=epi.params, work=work)
                 return
             batch, a_bs, b_bs = (), (), ()
         else:
@@ -753,8 +637,6 @@ class Lowering:
             a_bs = self._batch_strides(a2[:-2], batch, M * K)
             b_bs = self._batch_strides(b2[:-2], batch, K * N)
             work = 2.0 * math.prod(batch) * M * N * K
-        if epi.shift is not None:
-            raise InternalError("folded a bias into a batched MatMul", node=node.name)
         fn, scratch = linalg.emit_matmul_generic(
             self.kmod(), self.fname(epi.nodes), dt, M=M, N=N, K=K, batch=batch, a_batch_strides=a_bs,
             b_batch_strides=b_bs, activation=epi.activation, activation_params=epi.params)

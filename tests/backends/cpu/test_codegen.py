@@ -49,18 +49,38 @@ def block_graph() -> Graph:
     return g
 
 
+def optimized_block() -> Graph:
+    return glowpy.optimize(block_graph(), "cpu")
+
+
 def test_fusion_makes_two_kernels() -> None:
+    """The optimizer folds the BN into the conv and fuses residual and Relu (one fused Conv node); the
+    backend emits that node as one kernel and groups the elementwise chain after it into one loop."""
+    g = optimized_block()
+    conv = g.nodes[0]
+    assert conv.op == "Conv" and conv.attrs["activation"] == "relu" and len(conv.inputs) == 4
+    prog = CpuBackend().build(g, threads=1)
+    kernels = [s for s in prog.steps if s.fn is not None]
+    assert [[n.op for n in s.nodes] for s in kernels] == [["Conv"], ["Mul", "Sigmoid", "Sub"]]
+    feeds = [np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(F32)]
+    got, want = run_both(g, feeds)
+    assert_close(got, want)
+
+
+def test_unoptimized_graph_gets_separate_kernels() -> None:
+    """Without the optimizer nothing is folded: the Conv is one kernel, the elementwise chain after it
+    (BatchNormalization included, as a per-channel affine) another, and the result agrees."""
     prog = CpuBackend().build(block_graph(), threads=1)
     kernels = [s for s in prog.steps if s.fn is not None]
     assert [[n.op for n in s.nodes] for s in kernels] == [
-        ["Conv", "BatchNormalization", "Add", "Relu"], ["Mul", "Sigmoid", "Sub"]]
+        ["Conv"], ["BatchNormalization", "Add", "Relu", "Mul", "Sigmoid", "Sub"]]
     feeds = [np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(F32)]
     got, want = run_both(block_graph(), feeds)
     assert_close(got, want)
 
 
 def test_llvm_ir_is_readable() -> None:
-    text = CpuBackend().emit_llvm(block_graph(), threads=1)
+    text = CpuBackend().emit_llvm(optimized_block(), threads=1)
     assert 'define void @"glowpy_run"(i8** %"weights", i8* %"arena", i8** %"inputs", i8** %"outputs")' in text
     assert "k001.Mul.scale.Sigmoid.Sub" in text  # kernels are named after their nodes
     assert "i0.body:" in text  # named loop blocks
@@ -111,7 +131,7 @@ def test_elementwise_loops_vectorize() -> None:
 
 
 def test_profile_reports_every_step() -> None:
-    g = block_graph()
+    g = optimized_block()
     ex = CpuBackend().compile(g, threads=1, profile=True)
     ex.run([np.ones((1, 4, 6, 6), F32)])
     rows = ex.profile()

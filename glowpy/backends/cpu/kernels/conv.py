@@ -25,6 +25,7 @@ import math
 import numpy as np
 from llvmlite import ir
 
+from glowpy.backends.cpu import activations
 from glowpy.errors import MismatchingShape, UnsupportedShape
 
 from .common import KernelInfo
@@ -35,7 +36,6 @@ from .gemm import (
     Loop,
     VecIR,
     block_loop,
-    check_activation,
     choose,
     choose_tile,
     chunk_loop,
@@ -201,7 +201,7 @@ def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: n
                 dilations, group: int, activation: str, activation_params, has_residual: bool,
                 vector_width: int) -> KernelInfo:
     """2-D convolution kernel: out(N, M, OH, OW) = act(conv(x, w) + bias [+ residual])."""
-    check_activation(activation, activation_params)
+    activations.check(activation, activation_params)
     geo, w, bias = _prepare(x_shape, w, bias, strides, pads, dilations, group)
     emit = {"depthwise": _emit_depthwise, "winograd": _emit_winograd, "channel": _emit_channel_conv,
             "pixel": _emit_gemm_conv}[_kind(geo, vector_width)]
