@@ -108,3 +108,12 @@ activation(Activation("tanh", "Tanh", lambda x, p: np.tanh(x), onnx="Tanh", doc=
 activation(Activation("hard_sigmoid", "HardSigmoid",
                       lambda x, p: np.clip(x * p[0] + p[1], 0, 1).astype(x.dtype),
                       {"alpha": 0.2, "beta": 0.5}, onnx="HardSigmoid", doc="max(0, min(1, alpha * x + beta))"))
+
+
+def _hard_swish(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):  # -inf * 0 is NaN, as in ONNX's reference
+        return (x * np.clip(x * (1 / 6) + 0.5, 0, 1)).astype(x.dtype)
+
+
+activation(Activation("hard_swish", "HardSwish", lambda x, p: _hard_swish(x), onnx="HardSwish",
+                      doc="x * max(0, min(1, x / 6 + 0.5))"))

@@ -122,6 +122,7 @@ EMITTERS: dict[str, Emitter] = {
     "sigmoid": lambda m, x, p: _sigmoid(m, x),
     "tanh": lambda m, x, p: m.tanh(x),
     "hard_sigmoid": lambda m, x, p: _clamp(m, m.add(m.mul(x, m.const(p[0])), m.const(p[1])), 0.0, 1.0),
+    "hard_swish": lambda m, x, p: m.mul(x, _clamp(m, m.add(m.mul(x, m.const(1 / 6)), m.const(0.5)), 0.0, 1.0)),
 }
 
 # IR ops the elementwise kernels generate through an emitter (on float values).

@@ -131,3 +131,11 @@ def _check_onnx(op: str, opset: int) -> None:
 @pytest.mark.parametrize("op", sorted(a.onnx for a in ACTIVATIONS.values() if a.onnx and a.name in EMITTERS))
 def test_onnx_conv_then_activation_matches_reference(op: str) -> None:
     _check_onnx(op, 14)
+
+
+def test_hard_swish_from_onnx_opset_14_is_a_conv_epilogue() -> None:
+    """ONNX HardSwish (opset 14) imports 1:1 (OpDef.onnx) and ends up fused into the Conv's kernel."""
+    model = _onnx_conv_act("HardSwish", 14)
+    graph = glowpy.optimize(glowpy.load(model), "cpu")
+    assert [(n.op, n.attrs["activation"]) for n in graph.nodes] == [("Conv", "hard_swish")]
+    _check_onnx("HardSwish", 14)
