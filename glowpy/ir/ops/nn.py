@@ -25,6 +25,7 @@ FUSED = {"activation": "none", "activation_params": ()}
 
 
 def conv_out_dim(size: int, k: int, stride: int, pad_total: int, dilation: int) -> int:
+    """Output size of a convolution along one spatial dim (`pad_total` = begin + end padding)."""
     return (size + pad_total - (k - 1) * dilation - 1) // stride + 1
 
 
@@ -282,13 +283,20 @@ def _bn_infer(attrs: dict, x: TensorType, *params: TensorType) -> TensorType:
     return x
 
 
+def batchnorm_scale_shift(scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray,
+                          epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """Inference BatchNormalization as y = x * s + t per channel: s = scale / sqrt(var + eps),
+    t = bias - mean * s (float64)."""
+    s = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + epsilon)
+    return s, bias.astype(np.float64) - mean.astype(np.float64) * s
+
+
 @op("BatchNormalization", infer=_bn_infer, inputs=(5, 5), dtypes=FLOAT_TYPES, attrs={"epsilon": 1e-5})
 def batch_norm(attrs: dict, x, scale, bias, mean, var) -> np.ndarray:
     """Inference-mode batch normalization over dim 1."""
     shape = (1, -1) + (1,) * (x.ndim - 2)
-    inv = scale / np.sqrt(var.astype(np.float64) + attrs["epsilon"])
-    y = (x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape)
-    return y.astype(x.dtype)
+    s, t = batchnorm_scale_shift(scale, bias, mean, var, attrs["epsilon"])
+    return (x * s.reshape(shape) + t.reshape(shape)).astype(x.dtype)
 
 
 @op("LRN", infer=lambda a, x: x, dtypes=FLOAT_TYPES,

@@ -27,6 +27,7 @@ from llvmlite import ir
 
 from glowpy.backends.cpu import activations
 from glowpy.errors import MismatchingShape, UnsupportedShape
+from glowpy.ir.ops.nn import conv_out_dim
 
 from .common import KernelInfo
 from .gemm import (
@@ -59,10 +60,6 @@ def chunk_channels(cg: int, khkw: int, nr: int, m_padded: int) -> int:
     kc = min(L1_PANEL_BYTES // (nr * 4), L2_WEIGHT_BYTES // (m_padded * 4))
     cc = max(1, min(cg, kc // khkw))
     return math.ceil(cg / math.ceil(cg / cc))
-
-
-def conv_out_dim(size: int, k: int, stride: int, pad_total: int, dilation: int) -> int:
-    return (size + pad_total - dilation * (k - 1) - 1) // stride + 1
 
 
 class _Geometry:
