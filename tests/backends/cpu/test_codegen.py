@@ -9,6 +9,7 @@ import glowpy
 import glowpy.backends.cpu as cpu_mod
 from glowpy.backends import DEFAULT_BACKEND, get_backend
 from glowpy.backends.cpu import SUPPORTED_OPS, CpuBackend
+from glowpy.backends.interpreter import InterpreterBackend
 from glowpy.errors import UnsupportedDatatype, UnsupportedOperator
 from glowpy.ir.graph import Graph, Node
 from glowpy.ir.ops import OPS
@@ -137,3 +138,26 @@ def test_profile_reports_every_step() -> None:
     rows = ex.profile()
     assert [r[0].split(".")[1] for r in rows] == ["Conv", "Mul"]
     assert all(r[3] >= 0 for r in rows)
+
+
+def test_unfoldable_batchnorm_is_lowered_for_the_elementwise_fuser() -> None:
+    """A BatchNormalization after a Concat cannot fold into weights: CpuBackend.should_lower makes it a
+    per-channel Mul + Add (scale and shift computed at compile time), one loop with the Relu after it."""
+    rng = np.random.default_rng(5)
+    g = Graph("concat_bn")
+    a = g.add_input("a", TensorType(F32, (1, 3, 5, 5)))
+    b = g.add_input("b", TensorType(F32, (1, 2, 5, 5)))
+    c = g.add_node("Concat", [a, b], {"axis": 1}, name="cat").outputs[0]
+    bn = [g.add_constant(f"bn{i}", rng.uniform(0.5, 1.5, 5).astype(F32)) for i in range(4)]
+    y = g.add_node("BatchNormalization", [c, *bn], name="bn").outputs[0]
+    g.outputs = [g.add_node("Relu", [y], name="relu").outputs[0]]
+    be = CpuBackend()
+    assert be.should_lower(g.nodes[1]) and not be.should_lower(g.nodes[0])
+    opt = glowpy.optimize(g, be)
+    assert [n.op for n in opt.nodes] == ["Concat", "Mul", "Add", "Relu"]
+    kernels = [s for s in be.build(opt, threads=1).steps if s.fn is not None]
+    assert [[n.op for n in s.nodes] for s in kernels] == [["Concat"], ["Mul", "Add", "Relu"]]
+    feeds = [rng.standard_normal((1, 3, 5, 5)).astype(F32), rng.standard_normal((1, 2, 5, 5)).astype(F32)]
+    got, want = run_both(opt, feeds)
+    assert_close(got, want)
+    assert_close(got, InterpreterBackend().compile(g).run(feeds))
