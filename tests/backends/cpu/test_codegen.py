@@ -9,8 +9,9 @@ import glowpy
 import glowpy.backends.cpu as cpu_mod
 from glowpy.backends import DEFAULT_BACKEND, get_backend
 from glowpy.backends.cpu import SUPPORTED_OPS, CpuBackend
+from glowpy.backends.cpu.target import isa_available
 from glowpy.backends.interpreter import InterpreterBackend
-from glowpy.errors import UnsupportedDatatype, UnsupportedOperator
+from glowpy.errors import UnsupportedAttribute, UnsupportedDatatype, UnsupportedOperator
 from glowpy.ir.graph import Graph, Node
 from glowpy.ir.ops import OPS
 from glowpy.ir.types import TensorType
@@ -129,6 +130,23 @@ def test_elementwise_loops_vectorize() -> None:
     g.outputs = [g.add_node("Relu", [y], name="relu").outputs[0]]
     asm = CpuBackend().emit_assembly(g, threads=1)
     assert "zmm" in asm
+
+
+def test_avx2_build_has_no_avx512() -> None:
+    """isa="avx2" builds 8-lane code without AVX-512 on any x86 host with AVX2 (on an AVX2-only host it
+    is the host's own code); it agrees with the interpreter where the host can run it."""
+    be = CpuBackend()
+    if not isa_available("avx2"):
+        with pytest.raises(UnsupportedAttribute, match="cannot run avx2"):
+            be.build(optimized_block(), isa="avx2")
+        return
+    asm = be.emit_assembly(optimized_block(), threads=1, isa="avx2")
+    assert "ymm" in asm and "zmm" not in asm
+    feeds = [np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(F32)]
+    got = be.compile(optimized_block(), threads=1, isa="avx2", cache=False).run(feeds)
+    assert_close(got, InterpreterBackend().compile(block_graph()).run(feeds))
+    with pytest.raises(UnsupportedAttribute, match="unknown instruction set"):
+        be.build(optimized_block(), isa="sse9")
 
 
 def test_profile_reports_every_step() -> None:

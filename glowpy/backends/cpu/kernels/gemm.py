@@ -20,6 +20,7 @@ import numpy as np
 from llvmlite import ir
 
 from glowpy.backends.cpu import activations
+from glowpy.backends.cpu import irutil as U
 from glowpy.errors import InternalError, MismatchingShape, UnsupportedAttribute, UnsupportedShape
 
 from .common import KernelInfo
@@ -307,17 +308,6 @@ def emit_tile(vx: VecIR, *, mr: int, nv: int, kc: int, a_ptr, a_rs: int, a_ks: i
     return [out[r * nv:(r + 1) * nv] for r in range(mr)]
 
 
-def thread_range(vx: VecIR, tid, nthreads, total: int):
-    """[lo, hi) of `total` work units for thread tid: contiguous, balanced to within one unit."""
-    b = vx.b
-    t = b.sext(tid, I64, name="tid64")
-    n = b.sext(nthreads, I64, name="nthreads64")
-    tot = ir.Constant(I64, total)
-    lo = b.udiv(b.mul(t, tot, name="lo.num"), n, name="unit.lo")
-    hi = b.udiv(b.mul(b.add(t, ir.Constant(I64, 1), name="tid.next"), tot, name="hi.num"), n, name="unit.hi")
-    return lo, hi
-
-
 def imin(b: ir.IRBuilder, x, y, name: str = ""):
     return b.select(b.icmp_signed("<", x, y), x, y, name=name)
 
@@ -483,7 +473,7 @@ def emit_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, a_trans: 
                           name="scratch.al")
         panel_buf = bl.inttoptr(aligned, PTR, name="panel.buf")
 
-    lo, hi = thread_range(vx, tid, nthreads, nblocks * mblocks)
+    lo, hi = U.thread_range(vx.b, nblocks * mblocks, tid, nthreads, "unit")
 
     def chunk(k0, kc, first, last) -> None:
         """Rows [k0, k0 + kc) of the reduction for every tile this thread owns."""
