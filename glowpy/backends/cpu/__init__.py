@@ -2,7 +2,10 @@
 JIT-loaded; a run is one native call (ctypes, which releases the GIL) over a table of read-only weight
 arrays, a planned activation arena and the caller's input/output arrays.
 
-    lowering.py  fusion and one kernel step per fused group     kernels/  the kernel generators
+    lowering.py  the driver: graph -> kernel steps              kernels/  the kernel generators
+    select.py    op -> kernel emitter table (KERNELS)           fusion.py  elementwise loop grouping
+    sharing.py   shared kernels and weight packing              module_text.py  kernel modules as text
+    steps.py     Step / Arg / Epilogue                          activations.py  activation emitters
     memory.py    liveness-based arena placement                 codegen.py binding + the entry + threads
     target.py    host target machine and the O3 pipeline        cache.py   object-code cache on disk
 
@@ -35,7 +38,7 @@ from glowpy.backends.cpu import codegen
 from glowpy.backends.cpu.activations import EMITTERS
 from glowpy.backends.cpu.cache import ObjectCache, cache_key, graph_signature
 from glowpy.backends.cpu.irutil import supported_dtype
-from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, HEAVY_OPS, Lowering
+from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, KERNELS
 from glowpy.backends.cpu.target import HostTarget, compile_object, host_target, isa_available, new_machine
 from glowpy.errors import (
     InternalError,
@@ -56,13 +59,8 @@ MAX_THREADS = 256
 _ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
-def _ops_with_kernels() -> frozenset[str]:
-    ops = set(ELEMENTWISE_OPS) | set(HEAVY_OPS) | set(ALIAS_OPS)
-    ops |= {name[len("_lower_"):] for name in dir(Lowering) if name.startswith("_lower_") and name[7:8].isupper()}
-    return frozenset(op for op in ops if op in OPS)
-
-
-SUPPORTED_OPS = _ops_with_kernels()
+# Every op with a kernel: the selection table, the elementwise groups' ops, the aliases.
+SUPPORTED_OPS = frozenset(op for op in (*KERNELS, *ELEMENTWISE_OPS, *ALIAS_OPS) if op in OPS)
 
 
 def resolve_threads(threads: Any = None) -> int:
