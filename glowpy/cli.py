@@ -265,7 +265,6 @@ def format_stats(stats: OptimizeStats) -> str:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    import glowpy
     from glowpy.ir import to_dot
     from glowpy.optimizer import OptimizeStats, pass_names
     from glowpy.pipeline import optimized_graph

@@ -35,5 +35,15 @@ class Backend(ABC):
         """Glow's shouldLower: should the optimizer decompose this node into simpler IR ops?"""
         return False
 
+    def supports_fused_activation(self, node: Node, activation: str) -> bool:
+        """Glow's supportsFusedActivation: can `node` (a Conv, Gemm, MatMul or FullyConnected) carry
+        `activation` (a name in glowpy.ir.activations.ACTIVATIONS) as its epilogue? A backend that
+        runs the ops' reference semantics runs any."""
+        return True
+
+    def supports_fused_residual(self, node: Node) -> bool:
+        """Can `node` (a Conv) take a residual operand added before its activation?"""
+        return True
+
     @abstractmethod
     def compile(self, graph: Graph, **options: Any) -> Executable: ...

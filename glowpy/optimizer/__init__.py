@@ -65,8 +65,8 @@ PIPELINE: tuple[Stage, ...] = (
     # Fewer, fatter nodes: epilogues the backend emits inside the producing loop.
     Stage("fuse", (
         Pass("matmul_add_to_fully_connected", matmul_add_to_fully_connected, uses_backend=True),
-        Pass("fuse_residual_add", fuse_residual_add),
-        Pass("fuse_activation", fuse_activation),
+        Pass("fuse_residual_add", fuse_residual_add, uses_backend=True),
+        Pass("fuse_activation", fuse_activation, uses_backend=True),
     ), fixed_point=True),
     # Weights with equal data are stored once (only now: sharing them earlier would make equal
     # convolutions one node with several users, which then could not absorb their normalizations).

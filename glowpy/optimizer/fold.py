@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from glowpy.ir.graph import Graph, Node, Value
-from glowpy.ir.ops.nn import FUSED
+from glowpy.ir.ops.nn import FUSED, batchnorm_scale_shift
 from glowpy.ir.ops.registry import get_op
 from glowpy.ir.types import FLOAT_TYPES, TensorType
 from glowpy.optimizer.rewrite import (
@@ -110,9 +110,7 @@ def _bn_scale_shift(bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
     params = [const_data(v) for v in bn.inputs[1:]]
     if any(p is None for p in params):
         return None
-    scale, bias, mean, var = (p.astype(np.float64) for p in params)
-    s = scale / np.sqrt(var + bn.attrs["epsilon"])
-    return s, bias - mean * s
+    return batchnorm_scale_shift(*params, bn.attrs["epsilon"])
 
 
 def fold_batchnorm(graph: Graph) -> bool:

@@ -2,45 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from glowpy.ir.graph import Graph, Node
+from glowpy.ir import activations
+from glowpy.ir.graph import Graph
 from glowpy.optimizer.rewrite import ACTIVATION_CARRIERS, rebuild, sole_user
 
-
-def _activation_of(node: Node) -> tuple[str, tuple[Any, ...]] | None:
-    """The fused-activation form (name, params) of an activation node (see elementwise.ACTIVATIONS)."""
-    a = node.attrs
-    return {
-        "Relu": ("relu", ()),
-        "Clip": ("clip", (a.get("min"), a.get("max"))),
-        "LeakyRelu": ("leaky_relu", (a.get("alpha"),)),
-        "Sigmoid": ("sigmoid", ()),
-        "Tanh": ("tanh", ()),
-    }.get(node.op)
+if TYPE_CHECKING:
+    from glowpy.backends.base import Backend
 
 
-def fuse_activation(graph: Graph) -> bool:
-    """Relu / Clip / LeakyRelu / Sigmoid / Tanh of a Conv, Gemm, MatMul or FullyConnected that only
-    feeds it -> the producer with `activation` / `activation_params` set (a backend epilogue)."""
+def fuse_activation(graph: Graph, backend: Backend | None = None) -> bool:
+    """An activation node (an entry of glowpy/ir/activations.py: Relu, Clip, LeakyRelu, Sigmoid, ...) of
+    a Conv, Gemm, MatMul or FullyConnected that only feeds it -> the producer with `activation` /
+    `activation_params` set, where the backend supports that epilogue (supports_fused_activation)."""
     changed = False
     for act in list(graph.nodes):
-        fused = _activation_of(act)
+        fused = activations.of_node(act.op, act.attrs)
         p = act.inputs[0].producer if fused else None
-        if p is None or p.op not in ACTIVATION_CARRIERS or p.attrs["activation"] != "none":
+        if p is None or p.op not in ACTIVATION_CARRIERS or p.attrs["activation"] != activations.NONE:
             continue
-        if sole_user(graph, p.outputs[0]) is not act:
+        if sole_user(graph, p.outputs[0]) is not act or act.outputs[0].dtype != p.outputs[0].dtype:
+            continue
+        if backend is not None and not backend.supports_fused_activation(p, fused[0]):
             continue
         rebuild(graph, p, attrs={**p.attrs, "activation": fused[0], "activation_params": fused[1]}, replaces=act)
         changed = True
     return changed
 
 
-def fuse_residual_add(graph: Graph) -> bool:
+def fuse_residual_add(graph: Graph, backend: Backend | None = None) -> bool:
     """Add(Conv(x), y) -> Conv(x, ..., residual=y), added before the activation, when the Conv only
-    feeds the Add, has no activation or residual yet, y has the output's type, and y is ready when
-    the Conv runs (an input, a weight, or produced earlier in topological order). ONNX Sum of two
-    operands (ResNet-50) arrives here as Add."""
+    feeds the Add, has no activation or residual yet, y has the output's type, y is ready when
+    the Conv runs (an input, a weight, or produced earlier in topological order), and the backend
+    supports a residual operand (supports_fused_residual). ONNX Sum of two operands (ResNet-50)
+    arrives here as Add."""
     changed = False
     for add in list(graph.nodes):
         if add.op != "Add":
@@ -52,6 +48,8 @@ def fuse_residual_add(graph: Graph) -> bool:
             if sole_user(graph, conv_out) is not add or y.type != conv_out.type or y.type != add.outputs[0].type:
                 continue
             if y.producer is not None and graph.nodes.comes_before(conv, y.producer):
+                continue
+            if backend is not None and not backend.supports_fused_residual(conv):
                 continue
             rebuild(graph, conv, inputs=[*conv.inputs, y], replaces=add)
             changed = True

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from glowpy.ir import activations
 from glowpy.ir.graph import Graph, Node, Value
+from glowpy.ir.ops.nn import batchnorm_scale_shift
 from glowpy.optimizer.rewrite import add_weight, const_data, replace_node, root_name, transposed
 
 if TYPE_CHECKING:
@@ -49,14 +51,11 @@ def lowering(op: str) -> Callable[[Lowering], Lowering]:
 
 
 def emit_activation(b: Builder, y: Value, name: str, params: Sequence[Any]) -> Value:
-    """A fused epilogue (elementwise.ACTIVATIONS) as a standalone node."""
-    if name == "none":
+    """A fused epilogue (an entry of glowpy/ir/activations.py) as a standalone node."""
+    if name == activations.NONE:
         return y
-    if name == "clip":
-        return b("Clip", y, min=params[0], max=params[1])
-    if name == "leaky_relu":
-        return b("LeakyRelu", y, alpha=params[0])
-    return b({"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}[name], y)
+    act = activations.ACTIVATIONS[name]
+    return b(act.op, y, **act.attrs_of(tuple(params)))
 
 
 @lowering("Softmax")
@@ -127,9 +126,8 @@ def lower_batchnorm(b: Builder, node: Node) -> list[Value] | None:
     shape = (x.shape[1],) + (1,) * (x.type.rank - 2)
     params = [const_data(v) for v in (scale, bias, mean, var)]
     if all(p is not None for p in params):
-        sc, bi, mu, va = (p.astype(np.float64) for p in params)
-        s = sc / np.sqrt(va + node.attrs["epsilon"])
-        return [b("Add", b("Mul", x, b.const(s.reshape(shape), "scale")), b.const((bi - mu * s).reshape(shape), "shift"))]
+        s, t = batchnorm_scale_shift(*params, node.attrs["epsilon"])
+        return [b("Add", b("Mul", x, b.const(s.reshape(shape), "scale")), b.const(t.reshape(shape), "shift"))]
     s = b("Div", scale, b("Sqrt", b("Add", var, b.const(node.attrs["epsilon"], "eps"))))
     t = b("Sub", bias, b("Mul", mean, s))
     return [b("Add", b("Mul", x, b("Reshape", s, shape=shape)), b("Reshape", t, shape=shape))]

@@ -2,7 +2,10 @@
 JIT-loaded; a run is one native call (ctypes, which releases the GIL) over a table of read-only weight
 arrays, a planned activation arena and the caller's input/output arrays.
 
-    lowering.py  fusion and one kernel step per fused group     kernels/  the kernel generators
+    lowering.py  the driver: graph -> kernel steps              kernels/  the kernel generators
+    select.py    op -> kernel emitter table (KERNELS)           fusion.py  elementwise loop grouping
+    sharing.py   shared kernels and weight packing              module_text.py  kernel modules as text
+    steps.py     Step / Arg / Epilogue                          activations.py  activation emitters
     memory.py    liveness-based arena placement                 codegen.py binding + the entry + threads
     target.py    host target machine and the O3 pipeline        cache.py   object-code cache on disk
 
@@ -12,7 +15,8 @@ use the tiled float32 Conv / Gemm generators when present; False forces the plai
 (default False: stamp the cycle counter around every step; `executable.profile()` after a run),
 `release_weights` (default False: for a caller that owns the graph and will not run it elsewhere, e.g.
 the optimizer's private copy; constants the kernels packed get `Value.data = None` as soon as they are
-packed, so the process never holds a model's weights twice).
+packed, so the process never holds a model's weights twice), `isa` (default "host": all the host's
+vector features; "avx2": 8-lane code without AVX-512, what an AMD Zen 3 host gets).
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ import numpy as np
 
 from glowpy.backends.base import Backend, Executable
 from glowpy.backends.cpu import codegen
+from glowpy.backends.cpu.activations import EMITTERS
 from glowpy.backends.cpu.cache import ObjectCache, cache_key, graph_signature
 from glowpy.backends.cpu.irutil import supported_dtype
-from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, HEAVY_OPS, Lowering
-from glowpy.backends.cpu.target import HostTarget, compile_object, host_target, new_machine
+from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, KERNELS
+from glowpy.backends.cpu.target import HostTarget, compile_object, host_target, isa_available, new_machine
 from glowpy.errors import (
     InternalError,
     InvalidDatatype,
@@ -48,19 +53,14 @@ from glowpy.errors import (
 from glowpy.ir.graph import Graph, Node
 from glowpy.ir.ops import OPS
 
-OPTIONS = ("threads", "cache", "fast_kernels", "profile", "release_weights")
+OPTIONS = ("threads", "cache", "fast_kernels", "profile", "release_weights", "isa")
 MAX_THREADS = 256
 # Outputs come from np.empty (16-byte aligned at least); kernels assume element alignment only.
 _ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
-def _ops_with_kernels() -> frozenset[str]:
-    ops = set(ELEMENTWISE_OPS) | set(HEAVY_OPS) | set(ALIAS_OPS)
-    ops |= {name[len("_lower_"):] for name in dir(Lowering) if name.startswith("_lower_") and name[7:8].isupper()}
-    return frozenset(op for op in ops if op in OPS)
-
-
-SUPPORTED_OPS = _ops_with_kernels()
+# Every op with a kernel: the selection table, the elementwise groups' ops, the aliases.
+SUPPORTED_OPS = frozenset(op for op in (*KERNELS, *ELEMENTWISE_OPS, *ALIAS_OPS) if op in OPS)
 
 
 def resolve_threads(threads: Any = None) -> int:
@@ -226,6 +226,19 @@ class CpuBackend(Backend):
             return False
         return all(self._dtype_ok(v.dtype) for v in (*node.inputs, *node.outputs))
 
+    def supports_fused_activation(self, node: Node, activation: str) -> bool:
+        """Float Conv / Gemm / MatMul / FullyConnected kernels apply any activation with an emitter."""
+        return activation in EMITTERS and node.outputs[0].dtype.kind == "f"
+
+    def supports_fused_residual(self, node: Node) -> bool:
+        return node.op == "Conv" and node.outputs[0].dtype.kind == "f"
+
+    def should_lower(self, node: Node) -> bool:
+        """A BatchNormalization the optimizer could not fold (after a Concat, or of a value with other
+        users) becomes a per-channel Mul and Add: the elementwise fuser then merges it with its
+        neighbours, and the scale and shift are computed once, at compile time."""
+        return node.op == "BatchNormalization" and node.inputs[0].type.rank >= 2
+
     def check(self, graph: Graph) -> None:
         for node in graph.nodes:
             if node.op not in SUPPORTED_OPS:
@@ -252,10 +265,20 @@ class CpuBackend(Backend):
         return (resolve_threads(options.get("threads")), bool(options.get("cache", True)),
                 bool(options.get("fast_kernels", True)), bool(options.get("profile", False)))
 
+    def target_for(self, options: dict[str, Any]) -> HostTarget:
+        """The target the `isa` option names (the host's by default)."""
+        isa = options.get("isa", "host")
+        if isa == "host":
+            return self.target
+        target = host_target(isa)
+        if not isa_available(isa):
+            raise UnsupportedAttribute(f"this host cannot run {isa} code", expected="host", found=isa)
+        return target
+
     def build(self, graph: Graph, **options: Any) -> codegen.Program:
         nthreads, _, fast, profile = self._options(options)
         self.check(graph)
-        return codegen.build(graph, self.target, nthreads=nthreads, fast_kernels=fast, profile=profile,
+        return codegen.build(graph, self.target_for(options), nthreads=nthreads, fast_kernels=fast, profile=profile,
                              release_weights=bool(options.get("release_weights", False)))
 
     def emit_llvm(self, graph: Graph, **options: Any) -> str:
@@ -265,7 +288,7 @@ class CpuBackend(Backend):
     def emit_assembly(self, graph: Graph, **options: Any) -> str:
         from glowpy.backends.cpu.target import assembly
 
-        return assembly(self.emit_llvm(graph, **options), self.target)
+        return assembly(self.emit_llvm(graph, **options), self.target_for(options))
 
     def compile(self, graph: Graph, **options: Any) -> CpuExecutable:
         # Building LLVM IR in llvmlite allocates ~10^5 small objects and no cycles worth collecting
@@ -284,8 +307,9 @@ class CpuBackend(Backend):
     def _compile(self, graph: Graph, **options: Any) -> CpuExecutable:
         start = time.perf_counter()
         nthreads, use_cache, fast, profile = self._options(options)
+        target = self.target_for(options)
         store = ObjectCache() if use_cache else None
-        fingerprint = self.target.fingerprint()
+        fingerprint = target.fingerprint()
         # before building: with release_weights the build drops the packed constants' data
         signature = graph_signature(graph, {"threads": nthreads, "fast_kernels": fast, "profile": profile},
                                     fingerprint) if store is not None else ""
@@ -304,28 +328,28 @@ class CpuBackend(Backend):
         engine = None
         if obj is not None:
             try:
-                engine = load_object(obj, self.target)
+                engine = load_object(obj, target)
             except Exception:  # noqa: BLE001  (an entry LLVM cannot load is rebuilt, never fatal)
                 engine, cached = None, False
         if engine is None:
-            obj = self._compile_object(graph, program.ir_text, len(program.steps))
+            obj = self._compile_object(graph, program.ir_text, len(program.steps), target)
             if store is not None:
                 store.put(key, obj)
-            engine = load_object(obj, self.target)
+            engine = load_object(obj, target)
         if store is not None:
             store.put_index(signature, {"key": key, "check": check})
         executable = CpuExecutable(graph, program, engine, cached=cached, compile_seconds=time.perf_counter() - start)
         executable.code_key = key  # names the generated code: equal keys, equal code
         return executable
 
-    def _compile_object(self, graph: Graph, text: str, nsteps: int) -> bytes:
+    def _compile_object(self, graph: Graph, text: str, nsteps: int, target: HostTarget) -> bytes:
         show = nsteps >= 40 and sys.stderr.isatty()
         if show:
-            print(f"glowpy: compiling {graph.name} ({nsteps} kernels) with LLVM for {self.target.cpu}...",
+            print(f"glowpy: compiling {graph.name} ({nsteps} kernels) with LLVM for {target.cpu}...",
                   end="", file=sys.stderr, flush=True)
         t = time.perf_counter()
         _return_free_heap()  # LLVM's transient peak then starts from what is live, not from freed import buffers
-        obj = compile_object(text, self.target)
+        obj = compile_object(text, target)
         if show:
             print(f" {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
         return obj

@@ -26,8 +26,10 @@ import numpy as np
 from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
-from glowpy.backends.cpu.lowering import Arg, Lowering, Step, copy_function, split_module_text
+from glowpy.backends.cpu.lowering import Lowering, copy_function
 from glowpy.backends.cpu.memory import Interval, Plan, align_up, plan_arena
+from glowpy.backends.cpu.module_text import split_module_text
+from glowpy.backends.cpu.steps import Arg, Step
 from glowpy.backends.cpu.target import HostTarget
 from glowpy.errors import InternalError
 from glowpy.ir.graph import Graph, Value
@@ -170,7 +172,7 @@ class Binder:
 
 
 def _split_entry(text: str) -> list[tuple[str, str, str]]:
-    """The entry module's header, then its top-level items (see lowering.split_module_text)."""
+    """The entry module's header, then its top-level items (see module_text.split_module_text)."""
     lines = text.splitlines()
     k = 0
     while k < len(lines) and not lines[k].startswith(("define ", "declare ")):

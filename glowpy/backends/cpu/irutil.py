@@ -262,32 +262,6 @@ def fconst(t: ir.Type, v: float) -> ir.Constant:
     return ir.Constant(t, float(v))
 
 
-def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    t = x.type
-    e = libm(b, "exp", b.fneg(x))
-    return b.fdiv(fconst(t, 1.0), b.fadd(fconst(t, 1.0), e))
-
-
-def activation(b: ir.IRBuilder, x: ir.Value, kind: str, params: Sequence[float]) -> ir.Value:
-    """The fused epilogue activations of elementwise.ACTIVATIONS, on a float value."""
-    t = x.type
-    if kind == "none":
-        return x
-    if kind == "relu":
-        return b.select(b.fcmp_ordered("<", x, fconst(t, 0.0)), fconst(t, 0.0), x)
-    if kind == "clip":
-        lo, hi = params[0], params[1]
-        y = b.select(b.fcmp_ordered("<", x, fconst(t, lo)), fconst(t, lo), x)
-        return b.select(b.fcmp_ordered(">", y, fconst(t, hi)), fconst(t, hi), y)
-    if kind == "leaky_relu":
-        return b.select(b.fcmp_ordered(">=", x, fconst(t, 0.0)), x, b.fmul(x, fconst(t, params[0])))
-    if kind == "sigmoid":
-        return sigmoid(b, x)
-    if kind == "tanh":
-        return libm(b, "tanh", x)
-    raise UnsupportedDatatype("unknown fused activation", found=kind)
-
-
 def nest(b: ir.IRBuilder, dims: Sequence[int], strides: Sequence[Sequence[int]], bases: Sequence[ir.Value],
          body, *, split: tuple[ir.Value, ir.Value] | None = None, name: str = "i") -> None:
     """Loop over `dims` (outermost first), calling body(offsets, indices) innermost, where

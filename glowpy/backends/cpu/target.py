@@ -1,7 +1,9 @@
 """The host target: llvmlite initialization, the target machine, vector width, the -O3 pipeline.
 
 Nothing is compiled for a CPU that is not there: the triple, CPU name and feature string all come
-from the host (`llvm.get_host_cpu_name()` / `get_host_cpu_features()`).
+from the host (`llvm.get_host_cpu_name()` / `get_host_cpu_features()`). `host_target("avx2")` takes
+the host's AVX-512 features away (8 float lanes), so that an AVX-512 host builds and runs the code an
+AVX2-only host (AMD Zen 3) would get.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from dataclasses import dataclass
 
 import llvmlite
 import llvmlite.binding as llvm
+
+from glowpy.errors import UnsupportedAttribute
 
 
 @dataclass(frozen=True)
@@ -39,14 +43,32 @@ def vector_width_for(features: str) -> int:
     return 4
 
 
+# The compile option `isa`: "host" (everything the host has) or a narrower instruction set.
+ISAS = ("host", "avx2")
+
+
+def _without_avx512(features: str) -> str:
+    return ",".join("-" + f[1:] if f.startswith("+avx512") else f for f in features.split(",") if f)
+
+
+def isa_available(isa: str) -> bool:
+    """Whether code built for `isa` runs on this host."""
+    return isa == "host" or (isa == "avx2" and host_target().has("avx2") and host_target().has("fma"))
+
+
 @functools.cache
-def host_target() -> HostTarget:
-    """The host's target machine (created once per process; LLVM target machines are reusable)."""
+def host_target(isa: str = "host") -> HostTarget:
+    """The host's target machine, or the host's without AVX-512 for isa="avx2" (created once per
+    process; LLVM target machines are reusable)."""
+    if isa not in ISAS:
+        raise UnsupportedAttribute("unknown instruction set", expected=list(ISAS), found=isa)
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     triple = llvm.get_process_triple()
     cpu = llvm.get_host_cpu_name()
     features = llvm.get_host_cpu_features().flatten()
+    if isa == "avx2":
+        features = _without_avx512(features)
     machine = llvm.Target.from_triple(triple).create_target_machine(
         cpu=cpu, features=features, opt=3, reloc="default", codemodel="jitdefault")
     return HostTarget(machine, triple, cpu, features, vector_width_for(features), str(machine.target_data))

@@ -1,4 +1,5 @@
-"""Elementwise ops: unary math, activations, binary arithmetic with numpy broadcasting, Where, Cast."""
+"""Elementwise ops: unary math, binary arithmetic with numpy broadcasting, Where, Cast. The activations
+(Relu, Clip, Sigmoid, ...) are declared from their entries in glowpy/ir/activations.py."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 
 import numpy as np
 
+import glowpy.ir.activations  # noqa: F401  (declares the activation ops)
 from glowpy.errors import MismatchingDatatype, MismatchingShape
 from glowpy.ir.ops.registry import REQUIRED, op
 from glowpy.ir.types import ALL_TYPES, FLOAT_TYPES, NUMERIC_TYPES, TensorType
@@ -18,32 +20,11 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype)
-
-
 def _gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
     if approximate == "tanh":
         inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
         return (0.5 * x * (1.0 + np.tanh(inner))).astype(x.dtype)
     return (0.5 * x * (1.0 + _erf(x * _SQRT1_2))).astype(x.dtype)
-
-
-# Activations a producer (Conv, Gemm, MatMul, FullyConnected) can carry as a fused epilogue.
-# name -> f(x, params); params is the tuple in the node's `activation_params` attribute.
-ACTIVATIONS = {
-    "none": lambda x, p: x,
-    "relu": lambda x, p: np.maximum(x, 0).astype(x.dtype),
-    "clip": lambda x, p: np.clip(x, p[0], p[1]).astype(x.dtype),
-    "leaky_relu": lambda x, p: np.where(x >= 0, x, x * p[0]).astype(x.dtype),
-    "sigmoid": lambda x, p: _sigmoid(x),
-    "tanh": lambda x, p: np.tanh(x),
-}
-
-
-def apply_activation(x: np.ndarray, attrs: dict) -> np.ndarray:
-    return ACTIVATIONS[attrs.get("activation", "none")](x, attrs.get("activation_params", ()))
 
 
 def same_as_first(attrs: dict, x: TensorType, *rest: TensorType) -> TensorType:
@@ -76,9 +57,6 @@ def _unary(name: str, fn, dtypes=FLOAT_TYPES, attrs=None, doc: str = "") -> None
     fn.__doc__ = doc
 
 
-_unary("Relu", lambda a, x: np.maximum(x, 0).astype(x.dtype), NUMERIC_TYPES)
-_unary("Sigmoid", lambda a, x: _sigmoid(x))
-_unary("Tanh", lambda a, x: np.tanh(x))
 _unary("Exp", lambda a, x: np.exp(x))
 _unary("Log", lambda a, x: np.log(x))
 _unary("Sqrt", lambda a, x: np.sqrt(x))
@@ -88,18 +66,6 @@ _unary("Abs", lambda a, x: np.abs(x), NUMERIC_TYPES)
 _unary("Reciprocal", lambda a, x: (1.0 / x).astype(x.dtype))
 _unary("Softplus", lambda a, x: np.logaddexp(0, x).astype(x.dtype))
 _unary("Gelu", lambda a, x: _gelu(x, a["approximate"]), attrs={"approximate": "none"})
-_unary("LeakyRelu", lambda a, x: np.where(x >= 0, x, x * a["alpha"]).astype(x.dtype), attrs={"alpha": 0.01})
-_unary(
-    "HardSigmoid",
-    lambda a, x: np.clip(x * a["alpha"] + a["beta"], 0, 1).astype(x.dtype),
-    attrs={"alpha": 0.2, "beta": 0.5},
-)
-_unary(
-    "Clip",
-    lambda a, x: np.clip(x, a["min"], a["max"]).astype(x.dtype),
-    NUMERIC_TYPES,
-    attrs={"min": -math.inf, "max": math.inf},
-)
 _unary("Identity", lambda a, x: x, ALL_TYPES)
 # Inference-mode Dropout: the identity. Kept as a node so the optimizer shows its removal.
 _unary("Dropout", lambda a, x: x, FLOAT_TYPES)

@@ -3,7 +3,7 @@
 Spatial attributes are always explicit and normalized by the importer: `pads` is
 (begin_0, .., begin_n, end_0, .., end_n) like ONNX, auto_pad already resolved, strides and
 dilations one per spatial dim. Conv, Gemm, MatMul and FullyConnected carry an optional fused
-activation (`activation`, `activation_params`, see elementwise.ACTIVATIONS) that the optimizer
+activation (`activation`, `activation_params`, see glowpy/ir/activations.py) that the optimizer
 sets and backends emit as an epilogue; Conv also takes an optional residual operand added before
 the activation.
 """
@@ -16,7 +16,8 @@ from itertools import product
 import numpy as np
 
 from glowpy.errors import MismatchingDatatype, MismatchingShape, UnsupportedAttribute, UnsupportedShape
-from glowpy.ir.ops.elementwise import ACTIVATIONS, apply_activation, broadcast_shapes
+from glowpy.ir.activations import apply_activation, check_fused
+from glowpy.ir.ops.elementwise import broadcast_shapes
 from glowpy.ir.ops.registry import FROM_ONNX, REQUIRED, op
 from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES, TensorType
 
@@ -38,14 +39,8 @@ def accumulator(a: np.ndarray) -> np.ndarray:
     return a.astype(np.longdouble if a.dtype == np.float64 else np.float64, copy=False)
 
 
-def _check_activation(name: str, attrs: dict) -> None:
-    if attrs["activation"] not in ACTIVATIONS:
-        raise UnsupportedAttribute(
-            "unknown fused activation", op=name, expected=sorted(ACTIVATIONS), found=attrs["activation"]
-        )
-
-
 def conv_out_dim(size: int, k: int, stride: int, pad_total: int, dilation: int) -> int:
+    """Output size of a convolution along one spatial dim (`pad_total` = begin + end padding)."""
     return (size + pad_total - (k - 1) * dilation - 1) // stride + 1
 
 
@@ -86,7 +81,7 @@ def _conv_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType, *res: 
         raise UnsupportedShape("Conv needs N x C x spatial input and matching weight rank", op="Conv",
                                expected=f"rank {x.rank}", found=f"weight rank {w.rank}")
     _spatial_check("Conv", x, nsp, attrs)
-    _check_activation("Conv", attrs)
+    check_fused("Conv", attrs)
     g = attrs["group"]
     if x.shape[1] != w.shape[1] * g or w.shape[0] % g:
         raise MismatchingShape("input channels do not match weight and group", op="Conv",
@@ -311,13 +306,20 @@ def _bn_infer(attrs: dict, x: TensorType, *params: TensorType) -> TensorType:
     return x
 
 
+def batchnorm_scale_shift(scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray,
+                          epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """Inference BatchNormalization as y = x * s + t per channel: s = scale / sqrt(var + eps),
+    t = bias - mean * s (float64)."""
+    s = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + epsilon)
+    return s, bias.astype(np.float64) - mean.astype(np.float64) * s
+
+
 @op("BatchNormalization", infer=_bn_infer, inputs=(5, 5), dtypes=FLOAT_TYPES, attrs={"epsilon": FROM_ONNX})
 def batch_norm(attrs: dict, x, scale, bias, mean, var) -> np.ndarray:
     """Inference-mode batch normalization over dim 1."""
     shape = (1, -1) + (1,) * (x.ndim - 2)
-    inv = scale / np.sqrt(var.astype(np.float64) + attrs["epsilon"])
-    y = (x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape)
-    return y.astype(x.dtype)
+    s, t = batchnorm_scale_shift(scale, bias, mean, var, attrs["epsilon"])
+    return (x * s.reshape(shape) + t.reshape(shape)).astype(x.dtype)
 
 
 @op("LRN", infer=lambda a, x: x, dtypes=FLOAT_TYPES,
@@ -389,7 +391,7 @@ def _gemm_infer(attrs: dict, a: TensorType, b: TensorType, *c: TensorType) -> Te
     if a.rank != 2 or b.rank != 2:
         raise UnsupportedShape("Gemm operands must be matrices", op="Gemm", expected="rank 2",
                                found=f"{a.rank} and {b.rank}")
-    _check_activation("Gemm", attrs)
+    check_fused("Gemm", attrs)
     m, k = a.shape[::-1] if attrs["transA"] else a.shape
     k2, n = b.shape[::-1] if attrs["transB"] else b.shape
     if k != k2:
@@ -437,7 +439,7 @@ def _matmul_infer(attrs: dict, a: TensorType, b: TensorType) -> TensorType:
     if a.dtype != b.dtype:
         raise MismatchingDatatype("operands differ in element type", op="MatMul", expected=str(a.dtype),
                                   found=str(b.dtype))
-    _check_activation("MatMul", attrs)
+    check_fused("MatMul", attrs)
     return TensorType(a.dtype, matmul_shape(a.shape, b.shape))
 
 
@@ -451,7 +453,7 @@ def _fc_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType) -> Tenso
     if x.rank != 2 or w.rank != 2 or x.shape[1] != w.shape[0] or b.shape != (w.shape[1],):
         raise MismatchingShape("FullyConnected needs X (M, K), W (K, N), B (N)", op="FullyConnected",
                                expected="(M, K) (K, N) (N,)", found=f"{x.shape} {w.shape} {b.shape}")
-    _check_activation("FullyConnected", attrs)
+    check_fused("FullyConnected", attrs)
     return TensorType(x.dtype, (x.shape[0], w.shape[1]))
 
 

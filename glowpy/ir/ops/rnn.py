@@ -36,7 +36,7 @@ from collections.abc import Callable
 import numpy as np
 
 from glowpy.errors import InvalidShape, MismatchingDatatype, MismatchingShape, UnsupportedAttribute
-from glowpy.ir.ops.elementwise import ACTIVATIONS
+from glowpy.ir.activations import ACTIVATIONS
 from glowpy.ir.ops.registry import REQUIRED, op
 from glowpy.ir.types import FLOAT_TYPES, TensorType
 
@@ -56,7 +56,7 @@ def _elu(x: np.ndarray, a: float) -> np.ndarray:
 RNN_ACTIVATIONS: dict[str, tuple[Callable[[np.ndarray, float, float], np.ndarray], object, object]] = {
     "Relu": (lambda x, a, b: np.maximum(x, 0), None, None),
     "Tanh": (lambda x, a, b: np.tanh(x), None, None),
-    "Sigmoid": (lambda x, a, b: ACTIVATIONS["sigmoid"](x, ()), None, None),
+    "Sigmoid": (lambda x, a, b: ACTIVATIONS["sigmoid"].reference(x, ()), None, None),
     "Affine": (lambda x, a, b: a * x + b, REQUIRED, REQUIRED),
     "LeakyRelu": (lambda x, a, b: np.where(x >= 0, x, a * x), 0.01, None),
     "ThresholdedRelu": (lambda x, a, b: np.where(x > a, x, 0), 1.0, None),

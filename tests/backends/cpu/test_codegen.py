@@ -9,7 +9,9 @@ import glowpy
 import glowpy.backends.cpu as cpu_mod
 from glowpy.backends import DEFAULT_BACKEND, get_backend
 from glowpy.backends.cpu import SUPPORTED_OPS, CpuBackend
-from glowpy.errors import UnsupportedDatatype, UnsupportedOperator
+from glowpy.backends.cpu.target import isa_available
+from glowpy.backends.interpreter import InterpreterBackend
+from glowpy.errors import UnsupportedAttribute, UnsupportedDatatype, UnsupportedOperator
 from glowpy.ir.graph import Graph, Node
 from glowpy.ir.ops import OPS
 from glowpy.ir.types import TensorType
@@ -54,18 +56,38 @@ def block_graph() -> Graph:
     return g
 
 
+def optimized_block() -> Graph:
+    return glowpy.optimize(block_graph(), "cpu")
+
+
 def test_fusion_makes_two_kernels() -> None:
+    """The optimizer folds the BN into the conv and fuses residual and Relu (one fused Conv node); the
+    backend emits that node as one kernel and groups the elementwise chain after it into one loop."""
+    g = optimized_block()
+    conv = g.nodes[0]
+    assert conv.op == "Conv" and conv.attrs["activation"] == "relu" and len(conv.inputs) == 4
+    prog = CpuBackend().build(g, threads=1)
+    kernels = [s for s in prog.steps if s.fn is not None]
+    assert [[n.op for n in s.nodes] for s in kernels] == [["Conv"], ["Mul", "Sigmoid", "Sub"]]
+    feeds = [np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(F32)]
+    got, want = run_both(g, feeds)
+    assert_close(got, want)
+
+
+def test_unoptimized_graph_gets_separate_kernels() -> None:
+    """Without the optimizer nothing is folded: the Conv is one kernel, the elementwise chain after it
+    (BatchNormalization included, as a per-channel affine) another, and the result agrees."""
     prog = CpuBackend().build(block_graph(), threads=1)
     kernels = [s for s in prog.steps if s.fn is not None]
     assert [[n.op for n in s.nodes] for s in kernels] == [
-        ["Conv", "BatchNormalization", "Add", "Relu"], ["Mul", "Sigmoid", "Sub"]]
+        ["Conv"], ["BatchNormalization", "Add", "Relu", "Mul", "Sigmoid", "Sub"]]
     feeds = [np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(F32)]
     got, want = run_both(block_graph(), feeds)
     assert_close(got, want)
 
 
 def test_llvm_ir_is_readable() -> None:
-    text = CpuBackend().emit_llvm(block_graph(), threads=1)
+    text = CpuBackend().emit_llvm(optimized_block(), threads=1)
     assert 'define void @"glowpy_run"(i8** %"weights", i8* %"arena", i8** %"inputs", i8** %"outputs")' in text
     assert "k001.Mul.scale.Sigmoid.Sub" in text  # kernels are named after their nodes
     assert "i0.body:" in text  # named loop blocks
@@ -115,10 +137,50 @@ def test_elementwise_loops_vectorize() -> None:
     assert "zmm" in asm
 
 
+def test_avx2_build_has_no_avx512() -> None:
+    """isa="avx2" builds 8-lane code without AVX-512 on any x86 host with AVX2 (on an AVX2-only host it
+    is the host's own code); it agrees with the interpreter where the host can run it."""
+    be = CpuBackend()
+    if not isa_available("avx2"):
+        with pytest.raises(UnsupportedAttribute, match="cannot run avx2"):
+            be.build(optimized_block(), isa="avx2")
+        return
+    asm = be.emit_assembly(optimized_block(), threads=1, isa="avx2")
+    assert "ymm" in asm and "zmm" not in asm
+    feeds = [np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(F32)]
+    got = be.compile(optimized_block(), threads=1, isa="avx2", cache=False).run(feeds)
+    assert_close(got, InterpreterBackend().compile(block_graph()).run(feeds))
+    with pytest.raises(UnsupportedAttribute, match="unknown instruction set"):
+        be.build(optimized_block(), isa="sse9")
+
+
 def test_profile_reports_every_step() -> None:
-    g = block_graph()
+    g = optimized_block()
     ex = CpuBackend().compile(g, threads=1, profile=True)
     ex.run([np.ones((1, 4, 6, 6), F32)])
     rows = ex.profile()
     assert [r[0].split(".")[1] for r in rows] == ["Conv", "Mul"]
     assert all(r[3] >= 0 for r in rows)
+
+
+def test_unfoldable_batchnorm_is_lowered_for_the_elementwise_fuser() -> None:
+    """A BatchNormalization after a Concat cannot fold into weights: CpuBackend.should_lower makes it a
+    per-channel Mul + Add (scale and shift computed at compile time), one loop with the Relu after it."""
+    rng = np.random.default_rng(5)
+    g = Graph("concat_bn")
+    a = g.add_input("a", TensorType(F32, (1, 3, 5, 5)))
+    b = g.add_input("b", TensorType(F32, (1, 2, 5, 5)))
+    c = g.add_node("Concat", [a, b], {"axis": 1}, name="cat").outputs[0]
+    bn = [g.add_constant(f"bn{i}", rng.uniform(0.5, 1.5, 5).astype(F32)) for i in range(4)]
+    y = g.add_node("BatchNormalization", [c, *bn], name="bn").outputs[0]
+    g.outputs = [g.add_node("Relu", [y], name="relu").outputs[0]]
+    be = CpuBackend()
+    assert be.should_lower(g.nodes[1]) and not be.should_lower(g.nodes[0])
+    opt = glowpy.optimize(g, be)
+    assert [n.op for n in opt.nodes] == ["Concat", "Mul", "Add", "Relu"]
+    kernels = [s for s in be.build(opt, threads=1).steps if s.fn is not None]
+    assert [[n.op for n in s.nodes] for s in kernels] == [["Concat"], ["Mul", "Add", "Relu"]]
+    feeds = [rng.standard_normal((1, 3, 5, 5)).astype(F32), rng.standard_normal((1, 2, 5, 5)).astype(F32)]
+    got, want = run_both(opt, feeds)
+    assert_close(got, want)
+    assert_close(got, InterpreterBackend().compile(g).run(feeds))

@@ -25,7 +25,10 @@ import math
 import numpy as np
 from llvmlite import ir
 
+from glowpy.backends.cpu import activations
+from glowpy.backends.cpu import irutil as U
 from glowpy.errors import MismatchingShape, UnsupportedShape
+from glowpy.ir.ops.nn import conv_out_dim
 
 from .common import KernelInfo
 from .gemm import (
@@ -35,14 +38,12 @@ from .gemm import (
     Loop,
     VecIR,
     block_loop,
-    check_activation,
     choose,
     choose_tile,
     chunk_loop,
     emit_tile,
     kernel_function,
     panel_walk,
-    thread_range,
     when,
 )
 
@@ -59,10 +60,6 @@ def chunk_channels(cg: int, khkw: int, nr: int, m_padded: int) -> int:
     kc = min(L1_PANEL_BYTES // (nr * 4), L2_WEIGHT_BYTES // (m_padded * 4))
     cc = max(1, min(cg, kc // khkw))
     return math.ceil(cg / math.ceil(cg / cc))
-
-
-def conv_out_dim(size: int, k: int, stride: int, pad_total: int, dilation: int) -> int:
-    return (size + pad_total - dilation * (k - 1) - 1) // stride + 1
 
 
 class _Geometry:
@@ -201,7 +198,7 @@ def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: n
                 dilations, group: int, activation: str, activation_params, has_residual: bool,
                 vector_width: int) -> KernelInfo:
     """2-D convolution kernel: out(N, M, OH, OW) = act(conv(x, w) + bias [+ residual])."""
-    check_activation(activation, activation_params)
+    activations.check(activation, activation_params)
     geo, w, bias = _prepare(x_shape, w, bias, strides, pads, dilations, group)
     emit = {"depthwise": _emit_depthwise, "winograd": _emit_winograd, "channel": _emit_channel_conv,
             "pixel": _emit_gemm_conv}[_kind(geo, vector_width)]
@@ -302,7 +299,7 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
         up = b.add(raw, ir.Constant(I64, 63), name="scratch.up")
         buf = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="panel.buf")
 
-    lo, hi = thread_range(vx, tid, nthreads, geo.N * geo.group * nblocks * mblocks)
+    lo, hi = U.thread_range(vx.b, geo.N * geo.group * nblocks * mblocks, tid, nthreads, "unit")
 
     def chunk(c0, ncc, first, last) -> None:
         """Channels [c0, c0 + ncc) of every panel and row block this thread owns. The first chunk starts
@@ -424,7 +421,7 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
         base = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="scratch.base")
         pbuf = base
         cbuf = vx.gep(base, pbuf_floats, name="partials")
-    lo, hi = thread_range(vx, tid, nthreads, units)
+    lo, hi = U.thread_range(vx.b, units, tid, nthreads, "unit")
 
     def chunk(c0, ncc, first, last) -> None:
         kc = ncc * geo.KHKW if isinstance(ncc, int) else b.mul(ncc, ir.Constant(I64, geo.KHKW), name="kc")
@@ -580,7 +577,7 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     up_ = b.add(raw, ir.Constant(I64, 63), name="scratch.up")
     vbuf = b.inttoptr(b.and_(up_, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="vpanels")
     mbuf = vx.gep(vbuf, vbuf_floats, name="products")
-    lo, hi = thread_range(vx, tid, nthreads, geo.N * nblocks * mblocks)
+    lo, hi = U.thread_range(vx.b, geo.N * nblocks * mblocks, tid, nthreads, "unit")
 
     def do_panel(panel, mb_lo, mb_hi) -> None:
         nb = b.urem(panel, ir.Constant(I64, nblocks), name="nb")
@@ -685,7 +682,7 @@ def _emit_depthwise(module, name, geo: _Geometry, w, bias, activation, params, h
     tid, nthreads = fn.args[-2:]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     vx = VecIR(module, b, vw)
-    lo, hi = thread_range(vx, tid, nthreads, geo.N * geo.C)  # units: channel planes
+    lo, hi = U.thread_range(vx.b, geo.N * geo.C, tid, nthreads, "unit")  # units: channel planes
 
     def run(p0, nvec: int, last_lanes: int) -> None:
         pan = _Panel(vx, geo, p0, nvec, last_lanes)

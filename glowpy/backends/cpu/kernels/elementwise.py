@@ -6,7 +6,7 @@ chain becomes one flat loop that LLVM vectorizes, and a bias broadcast becomes a
 channels with a stride-0 inner operand. Threads split the outermost merged dim.
 
 `scalar_op` holds the per-element semantics of every elementwise IR op (and the BatchNormalization
-affine), matching the numpy reference in glowpy.ir.ops: NaN propagates through Max/Min/Relu/Clip,
+affine; activations come from their emitters in backends/cpu/activations.py), matching the numpy reference in glowpy.ir.ops: NaN propagates through Max/Min/Relu/Clip,
 integer Div truncates toward zero (and a zero divisor gives 0 instead of a trap), float16 rounds
 after every op.
 """
@@ -21,15 +21,21 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
+from glowpy.backends.cpu import activations
 from glowpy.backends.cpu import irutil as U
 from glowpy.errors import UnsupportedDatatype, UnsupportedOperator
+from glowpy.ir.activations import ACTIVATIONS
+from glowpy.ir.ops import OPS
 
-# Ops `scalar_op` implements (IR op names plus the pseudo op "Affine": x * scale + shift).
-SCALAR_OPS = frozenset({
-    "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Neg", "Abs", "Reciprocal", "Softplus", "Gelu",
-    "LeakyRelu", "HardSigmoid", "Clip", "Identity", "Dropout", "Cast", "Add", "Sub", "Mul", "Div", "Pow",
-    "Max", "Min", "Equal", "Greater", "Less", "Where", "BatchNormalization", "Affine",
+# The elementwise IR ops (OpDef.elementwise) `scalar_op` generates: the activations through their
+# emitters (backends/cpu/activations.py), the rest below; plus BatchNormalization as a per-channel affine.
+_OWN_CODE = frozenset({
+    "Relu", "Clip", "Exp", "Log", "Sqrt", "Erf", "Neg", "Abs", "Reciprocal", "Softplus", "Gelu", "Identity",
+    "Dropout", "Cast", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater", "Less", "Where",
 })
+SCALAR_OPS = frozenset(
+    name for name, d in OPS.items() if d.elementwise and (name in _OWN_CODE or name in activations.EMITTED_OPS)
+) | {"BatchNormalization"}
 
 
 # --- per-element semantics -----------------------------------------------------------------------
@@ -186,9 +192,10 @@ def _scalar(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.V
         return x
     if op == "Cast":
         return _cast(b, x, dt, out)
+    if flt and op in activations.EMITTED_OPS:
+        name = activations.EMITTED_OPS[op]
+        return activations.emit(activations.ScalarMath(b, t), x, name, ACTIVATIONS[name].params_of(attrs))
     if op == "Relu":
-        if flt:
-            return b.select(b.fcmp_ordered("<", x, U.fconst(t, 0.0)), U.fconst(t, 0.0), x)
         if dt.kind == "u":
             return x
         return b.select(b.icmp_signed("<", x, ir.Constant(t, 0)), ir.Constant(t, 0), x)
@@ -206,8 +213,6 @@ def _scalar(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.V
         return b.select(args[0], args[1], args[2])
     if op in ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater", "Less"):
         return _binary(b, op, x, args[1], dt)
-    if op == "Affine":
-        return b.fadd(b.fmul(x, args[1]), args[2])
     if op == "BatchNormalization":
         scale, bias, mean, var = args[1:5]
         inv = b.fdiv(scale, U.intrinsic(b, "llvm.sqrt", b.fadd(var, U.fconst(t, attrs["epsilon"]))))
@@ -215,10 +220,6 @@ def _scalar(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.V
     if not flt:
         raise UnsupportedDatatype("op needs a float element type", op=op, expected="float", found=str(dt))
     one = U.fconst(t, 1.0)
-    if op == "Sigmoid":
-        return U.sigmoid(b, x)
-    if op == "Tanh":
-        return U.libm(b, "tanh", x)
     if op == "Exp":
         return U.intrinsic(b, "llvm.exp", x)
     if op == "Log":
@@ -242,11 +243,6 @@ def _scalar(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.V
             return b.fmul(b.fmul(half, x), b.fadd(one, U.libm(b, "tanh", inner)))
         e = U.libm(b, "erf", b.fmul(x, U.fconst(t, 1.0 / math.sqrt(2.0))))
         return b.fmul(b.fmul(half, x), b.fadd(one, e))
-    if op == "LeakyRelu":
-        return b.select(b.fcmp_ordered(">=", x, U.fconst(t, 0.0)), x, b.fmul(x, U.fconst(t, attrs["alpha"])))
-    if op == "HardSigmoid":
-        y = b.fadd(b.fmul(x, U.fconst(t, attrs["alpha"])), U.fconst(t, attrs["beta"]))
-        return _clip(b, y, 0.0, 1.0, dt)
     raise UnsupportedOperator("no elementwise code generation for op", op=op)
 
 

@@ -19,6 +19,8 @@ import math
 import numpy as np
 from llvmlite import ir
 
+from glowpy.backends.cpu import activations
+from glowpy.backends.cpu import irutil as U
 from glowpy.errors import InternalError, MismatchingShape, UnsupportedAttribute, UnsupportedShape
 
 from .common import KernelInfo
@@ -34,8 +36,6 @@ VOID = ir.VoidType()
 FAST = ("fast",)
 # Epilogues may see inf from the user's data: keep nnan/ninf out so clamps and selects stay exact.
 EPI = ("nsz", "arcp", "contract", "afn", "reassoc")
-
-ACTIVATIONS = ("none", "relu", "clip", "leaky_relu", "sigmoid", "tanh")
 
 KERNEL_ARG_NAMES = ("out", "x", "res_or_b", "scratch")
 
@@ -274,38 +274,12 @@ class VecIR:
         pow2 = b.bitcast(b.shl(b.add(ni, self.iconst(127)), self.iconst(23)), self.vty)
         return self.fmul(y, pow2, name=name)
 
+    def fabs(self, x, name: str = "abs"):
+        return self._unary("fabs", x, name=name)
+
     def activation(self, x, kind: str, params=()):
-        b = self.b
-        if kind == "none":
-            return x
-        if kind == "relu":
-            return self.fmax(x, self.zero, name="relu")
-        if kind == "clip":
-            lo, hi = float(params[0]), float(params[1])
-            return self.fmin(self.fmax(x, self.fconst(lo)), self.fconst(hi), name="clip")
-        if kind == "leaky_relu":
-            neg = self.fmul(x, self.fconst(params[0]))
-            return b.select(b.fcmp_ordered(">=", x, self.zero), x, neg, name="leaky")
-        if kind == "sigmoid":
-            e = self.exp(self.fsub(self.zero, x))
-            return self.fdiv(self.fconst(1.0), self.fadd(self.fconst(1.0), e), name="sigmoid")
-        if kind == "tanh":
-            # tanh(|x|) = (1 - e) / (1 + e), e = exp(-2|x|) <= 1, then restore the sign
-            ax = self._unary("fabs", x)
-            e = self.exp(self.fmul(ax, self.fconst(-2.0)))
-            t = self.fdiv(self.fsub(self.fconst(1.0), e), self.fadd(self.fconst(1.0), e))
-            return b.select(b.fcmp_ordered("<", x, self.zero), self.fsub(self.zero, t), t, name="tanh")
-        raise UnsupportedAttribute("unknown fused activation", expected=", ".join(ACTIVATIONS), found=kind)
-
-
-def check_activation(activation: str, params) -> None:
-    if activation not in ACTIVATIONS:
-        raise UnsupportedAttribute("unknown fused activation", expected=", ".join(ACTIVATIONS),
-                                   found=activation)
-    need = {"clip": 2, "leaky_relu": 1}.get(activation, 0)
-    if len(params or ()) < need:
-        raise UnsupportedAttribute(f"activation '{activation}' needs {need} parameters",
-                                   expected=need, found=len(params or ()))
+        """A fused epilogue activation (backends/cpu/activations.py) of a vector."""
+        return activations.emit(activations.VectorMath(self), x, kind, params)
 
 
 def emit_tile(vx: VecIR, *, mr: int, nv: int, kc: int, a_ptr, a_rs: int, a_ks: int, b_ptr, b_ks: int,
@@ -332,17 +306,6 @@ def emit_tile(vx: VecIR, *, mr: int, nv: int, kc: int, a_ptr, a_rs: int, a_ks: i
     out = lp.close(new)
     del b
     return [out[r * nv:(r + 1) * nv] for r in range(mr)]
-
-
-def thread_range(vx: VecIR, tid, nthreads, total: int):
-    """[lo, hi) of `total` work units for thread tid: contiguous, balanced to within one unit."""
-    b = vx.b
-    t = b.sext(tid, I64, name="tid64")
-    n = b.sext(nthreads, I64, name="nthreads64")
-    tot = ir.Constant(I64, total)
-    lo = b.udiv(b.mul(t, tot, name="lo.num"), n, name="unit.lo")
-    hi = b.udiv(b.mul(b.add(t, ir.Constant(I64, 1), name="tid.next"), tot, name="hi.num"), n, name="unit.hi")
-    return lo, hi
 
 
 def imin(b: ir.IRBuilder, x, y, name: str = ""):
@@ -445,7 +408,7 @@ def emit_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, a_trans: 
               b_trans: bool, alpha: float, bias: np.ndarray | None, bias_kind: str, activation: str,
               activation_params, vector_width: int) -> KernelInfo:
     """out(M,N) = act(alpha * op(A) @ op(B) + bias); see the module docstring for the blocking."""
-    check_activation(activation, activation_params)
+    activations.check(activation, activation_params)
     if min(M, N, K) < 1:
         raise MismatchingShape("gemm dimensions must be positive", expected="M, N, K >= 1", found=(M, N, K))
     if bias_kind not in ("none", "col", "full"):
@@ -510,7 +473,7 @@ def emit_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, a_trans: 
                           name="scratch.al")
         panel_buf = bl.inttoptr(aligned, PTR, name="panel.buf")
 
-    lo, hi = thread_range(vx, tid, nthreads, nblocks * mblocks)
+    lo, hi = U.thread_range(vx.b, nblocks * mblocks, tid, nthreads, "unit")
 
     def chunk(k0, kc, first, last) -> None:
         """Rows [k0, k0 + kc) of the reduction for every tile this thread owns."""

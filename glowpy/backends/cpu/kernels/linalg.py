@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from llvmlite import ir
 
+from glowpy.backends.cpu import activations
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.kernels.common import KernelInfo
 
@@ -129,7 +130,7 @@ def emit_conv_generic(module: ir.Module, name: str, dtype: np.dtype, *, x_shape:
             v = b.load(b.gep(acc, [o], inbounds=True))
             if has_residual:
                 v = b.fadd(v, _to(b, U.load(b, res, b.add(obase, o), dt), t))
-            v = U.activation(b, v, activation, activation_params)
+            v = activations.emit(activations.ScalarMath(b, v.type), v, activation, activation_params)
             _store_out(b, out, b.add(obase, o), v, dt)
     b.ret_void()
     return fn, scratch
@@ -306,7 +307,7 @@ def emit_matmul_generic(module: ir.Module, name: str, dtype: np.dtype, *, M: int
             elif bias_kind == "full":
                 v = add(v, ld(bias, b.add(b.mul(m, U.i64(N)), n)))
             if is_f:
-                v = U.activation(b, v, activation, activation_params)
+                v = activations.emit(activations.ScalarMath(b, v.type), v, activation, activation_params)
             elif activation == "relu":
                 v = b.select(b.icmp_signed("<", v, zero), zero, v) if dt.kind == "i" else v
             _store_out(b, out, b.add(obase, n), v, dt)

@@ -1,0 +1,406 @@
+"""Kernel selection: the table from IR op to the function that emits its step (KERNELS), and those
+functions. The matrix products and convolutions take the activation and residual operand the
+optimizer fused into them (Epilogue) and pick the tiled float32 generator (kernels/conv.py,
+kernels/gemm.py) or the plain one (kernels/linalg.py); the other ops map to one kernel each."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+from llvmlite import ir
+
+from glowpy.backends.cpu import irutil as U
+from glowpy.backends.cpu.fusion import post_elementwise
+from glowpy.backends.cpu.kernels import linalg, movement, norm, pool, reduce
+from glowpy.backends.cpu.kernels.conv import emit_conv2d
+from glowpy.backends.cpu.kernels.gemm import emit_gemm
+from glowpy.backends.cpu.module_text import ident
+from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
+from glowpy.errors import GlowpyError
+from glowpy.ir.graph import Node, Value
+
+if TYPE_CHECKING:
+    from glowpy.backends.cpu.lowering import Lowering
+
+# Ops whose node carries a fused epilogue (glowpy.ir.ops.nn FUSED).
+HEAVY_OPS = frozenset({"Conv", "Gemm", "MatMul", "FullyConnected"})
+
+
+def lower_heavy_node(low: Lowering, node: Node) -> None:
+    lower_heavy(low, node, Epilogue.of(node))
+
+
+def lower_heavy(low: Lowering, node: Node, epi: Epilogue) -> None:
+    first_step = len(low.steps)
+    try:
+        HEAVY[node.op](low, node, epi)
+    except GlowpyError as e:
+        raise e.at(node=node.name, op=node.op)
+    if low.release_weights:
+        # Constants folded or packed into the kernel's arrays: once every use of one is, the graph's
+        # copy is dead weight (the packed arrays are what runs).
+        passed = {id(a.value) for s in low.steps[first_step:] for a in s.args if a.kind == "value"}
+        for n in epi.nodes:
+            for v in n.inputs:
+                if v.is_constant and id(v) not in passed:
+                    k = low._packed_uses[id(v)] = low._packed_uses.get(id(v), 0) + 1
+                    if k == len(v.users) and id(v) not in low._outputs:
+                        v.data = None
+
+
+def _temp(like: Value, name: str) -> Value:
+    """A kernel-private intermediate (not in the graph) that still gets arena memory."""
+    return Value(f"{like.name}.{name}", like.type, "node")
+
+
+def _heavy_Conv(low: Lowering, node: Node, epi: Epilogue) -> None:
+    x, wv, bv = node.inputs[0], node.inputs[1], node.inputs[2]
+    out = epi.out
+    dt = x.dtype
+    a = node.attrs
+    nsp = x.type.rank - 2
+    name = low.fname(epi.nodes)
+    res_arg = low.val(epi.residual) if epi.residual is not None else NULL
+    work = 2.0 * out.type.size * wv.type.size / max(wv.shape[0], 1)
+    if wv.is_constant and bv.is_constant:
+        w = np.asarray(wv.data)
+        bias = np.asarray(bv.data)
+        info = None
+        gen = emit_conv2d if low.fast_kernels and dt == np.float32 and nsp in (1, 2) else None
+        if gen is not None:
+            x_shape, w2, strides, pads, dil = x.shape, w, a["strides"], a["pads"], a["dilations"]
+            if nsp == 1:  # a 1-D conv is a 2-D conv of height 1
+                x_shape = (x.shape[0], x.shape[1], 1, x.shape[2])
+                w2 = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2])
+                strides, pads, dil = (1, strides[0]), (0, pads[0], 0, pads[1]), (1, dil[0])
+            try:
+                info = low.generate(gen, name, ("w", "bias"), x_shape=tuple(x_shape), w=w2, bias=bias,
+                                     strides=tuple(strides), pads=tuple(pads), dilations=tuple(dil),
+                                     group=a["group"], activation=epi.activation,
+                                     activation_params=tuple(epi.params), has_residual=epi.residual is not None,
+                                     vector_width=low.vector_width)
+                low.used_fast.append(name)
+            except (NotImplementedError, GlowpyError):
+                info = None
+        if info is None:
+            info = low.generate(
+                linalg.generic_conv2d, name, ("w", "bias"), x_shape=tuple(x.shape), w=w, bias=bias,
+                strides=tuple(a["strides"]), pads=tuple(a["pads"]), dilations=tuple(a["dilations"]),
+                group=a["group"], activation=epi.activation, activation_params=tuple(epi.params),
+                has_residual=epi.residual is not None, vector_width=low.vector_width)
+        args = [low.val(out), low.val(x), res_arg, SCRATCH] + [low.array(p) for p in info.packed]
+        low.add(Step(info.function.name, info.function, args, [out], epi.nodes, work=work,
+                      scratch=info.scratch_bytes_per_thread, inplace=_residual_inplace(out, epi)))
+        return
+    fn, scratch = linalg.emit_conv_generic(
+        low.kmod(), name, dt, x_shape=x.shape, w_shape=wv.shape, strides=a["strides"], pads=a["pads"],
+        dilations=a["dilations"], group=a["group"], activation=epi.activation,
+        activation_params=epi.params, has_residual=epi.residual is not None)
+    args = [low.val(out), low.val(x), res_arg, SCRATCH, low.val(wv), low.val(bv)]
+    low.add(Step(fn.name, fn, args, [out], epi.nodes, work=work, scratch=scratch,
+                  inplace=_residual_inplace(out, epi)))
+
+
+def _residual_inplace(out: Value, epi: Epilogue) -> list[tuple[Value, Value]]:
+    """Both conv kernels read each residual element before writing that output element (the
+    contract in kernels/conv.py), so the output may take over a residual that dies here."""
+    r = epi.residual
+    return [(out, r)] if r is not None and r.shape == out.shape and r.dtype == out.dtype else []
+
+
+def _gemm(low: Lowering, nodes: list[Node], out: Value, a: Value, *, M: int, N: int, K: int, a_trans: bool,
+          b: Value, b_trans: bool, alpha: float, bias: np.ndarray | None, bias_kind: str, activation: str,
+          params: tuple, work: float) -> None:
+    """One matrix product step out(M, N) = act(alpha * op(A) op(B) + bias)."""
+    dt = out.dtype
+    name = low.fname(nodes)
+    b_arr = np.asarray(b.data) if b.is_constant else None
+    info = None
+    gen = emit_gemm if low.fast_kernels and dt == np.float32 else None
+    kwargs = dict(M=M, N=N, K=K, a_trans=a_trans, b=b_arr, b_trans=b_trans, alpha=float(alpha),
+                  bias=bias, bias_kind=bias_kind, activation=activation, activation_params=tuple(params),
+                  vector_width=low.vector_width)
+    if gen is not None:
+        try:
+            info = low.generate(gen, name, ("b", "bias"), **kwargs)
+            low.used_fast.append(name)
+        except (NotImplementedError, GlowpyError):
+            info = None
+    if info is None:
+        info = low.generate(linalg.generic_gemm, name, ("b", "bias"), dtype=dt, **kwargs)
+    args = [low.val(out), low.val(a), NULL if b_arr is not None else low.val(b), SCRATCH]
+    args += [low.array(p) for p in info.packed]
+    low.add(Step(info.function.name, info.function, args, [out], nodes, work=work,
+                  scratch=info.scratch_bytes_per_thread))
+
+
+def _heavy_Gemm(low: Lowering, node: Node, epi: Epilogue) -> None:
+    a_v, b_v = node.inputs[0], node.inputs[1]
+    c_v = node.inputs[2] if len(node.inputs) > 2 else None
+    at = node.attrs
+    M, N = node.outputs[0].shape
+    K = a_v.shape[0] if at["transA"] else a_v.shape[1]
+    dt = node.outputs[0].dtype
+    bias, kind = None, "none"
+    post = None
+    if c_v is not None:
+        if c_v.is_constant:
+            c = np.asarray(c_v.data, dtype=np.float64) * at["beta"]
+            if c.size == 1 or (c.ndim >= 1 and c.shape[-1] == N and c.size == N):
+                bias, kind = np.broadcast_to(c.reshape(-1), (N,)).astype(dt), "col"
+            else:
+                bias, kind = np.ascontiguousarray(np.broadcast_to(c, (M, N))).astype(dt), "full"
+        else:
+            post = c_v
+    work = 2.0 * M * N * K
+    if post is None:
+        _gemm(low, epi.nodes, epi.out, a_v, M=M, N=N, K=K, a_trans=bool(at["transA"]), b=b_v,
+                   b_trans=bool(at["transB"]), alpha=at["alpha"], bias=bias, bias_kind=kind,
+                   activation=epi.activation, params=epi.params, work=work)
+        return
+    tmp = _temp(epi.out, "acc")
+    _gemm(low, epi.nodes, tmp, a_v, M=M, N=N, K=K, a_trans=bool(at["transA"]), b=b_v,
+               b_trans=bool(at["transB"]), alpha=at["alpha"], bias=bias, bias_kind=kind,
+               activation="none", params=(), work=work)
+    post_elementwise(low, epi.nodes, tmp, epi.out, post, at["beta"], epi.activation, epi.params)
+
+
+def _heavy_FullyConnected(low: Lowering, node: Node, epi: Epilogue) -> None:
+    x, w, b_v = node.inputs
+    M, N = node.outputs[0].shape
+    K = x.shape[1]
+    dt = node.outputs[0].dtype
+    work = 2.0 * M * N * K
+    if b_v.is_constant:
+        bias, kind = np.asarray(b_v.data).astype(dt), "col"
+        _gemm(low, epi.nodes, epi.out, x, M=M, N=N, K=K, a_trans=False, b=w, b_trans=False, alpha=1.0,
+                   bias=bias, bias_kind=kind, activation=epi.activation, params=epi.params, work=work)
+        return
+    tmp = _temp(epi.out, "acc")
+    _gemm(low, epi.nodes, tmp, x, M=M, N=N, K=K, a_trans=False, b=w, b_trans=False, alpha=1.0,
+               bias=None, bias_kind="none", activation="none", params=(), work=work)
+    post_elementwise(low, epi.nodes, tmp, epi.out, b_v, 1.0, epi.activation, epi.params)
+
+
+def _heavy_MatMul(low: Lowering, node: Node, epi: Epilogue) -> None:
+    a_v, b_v = node.inputs
+    out = epi.out
+    dt = out.dtype
+    ash, bsh = a_v.shape, b_v.shape
+    a2 = (1, *ash) if len(ash) == 1 else ash
+    b2 = (*bsh, 1) if len(bsh) == 1 else bsh
+    K = a2[-1]
+    N = b2[-1]
+    if len(b2) == 2:
+        M = math.prod(a2[:-1])
+        work = 2.0 * M * N * K
+        if dt.kind == "f":
+            _gemm(low, epi.nodes, out, a_v, M=M, N=N, K=K, a_trans=False, b=b_v, b_trans=False, alpha=1.0,
+                       bias=None, bias_kind="none", activation=epi.activation, params=epi.params, work=work)
+            return
+        batch, a_bs, b_bs = (), (), ()
+    else:
+        M = a2[-2]
+        batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+        a_bs = _batch_strides(a2[:-2], batch, M * K)
+        b_bs = _batch_strides(b2[:-2], batch, K * N)
+        work = 2.0 * math.prod(batch) * M * N * K
+    fn, scratch = linalg.emit_matmul_generic(
+        low.kmod(), low.fname(epi.nodes), dt, M=M, N=N, K=K, batch=batch, a_batch_strides=a_bs,
+        b_batch_strides=b_bs, activation=epi.activation, activation_params=epi.params)
+    args = [low.val(out), low.val(a_v), low.val(b_v), SCRATCH, NULL]
+    low.add(Step(fn.name, fn, args, [out], epi.nodes, work=work, scratch=scratch))
+
+
+def _batch_strides(shape: tuple[int, ...], batch: tuple[int, ...], matrix: int) -> tuple[int, ...]:
+    padded = (1,) * (len(batch) - len(shape)) + tuple(shape)
+    st = U.contiguous_strides(padded)
+    return tuple(0 if padded[d] == 1 and batch[d] != 1 else st[d] * matrix for d in range(len(batch)))
+
+
+def _simple(low: Lowering, node: Node, fn: ir.Function, ins: list[Arg], work: float, scratch: int = 0,
+            outs: list[Value] | None = None) -> None:
+    outs = outs if outs is not None else [node.outputs[0]]
+    args = [low.val(o) for o in outs] + ins
+    low.add(Step(fn.name, fn, args, outs, [node], work=work, scratch=scratch))
+
+
+def _lower_ConvTranspose(low: Lowering, node: Node) -> None:
+    x, w, b = node.inputs
+    a = node.attrs
+    out = node.outputs[0]
+    fn, scratch = linalg.emit_conv_transpose(
+        low.kmod(), low.fname([node]), x.dtype, x_shape=x.shape, w_shape=w.shape, out_shape=out.shape,
+        strides=a["strides"], pads=a["pads"], dilations=a["dilations"], group=a["group"])
+    work = 2.0 * out.type.size * w.type.size / max(w.shape[1], 1)
+    _simple(low, node, fn, [low.val(x), low.val(w), low.val(b), SCRATCH], work, scratch)
+
+
+def _pool(low: Lowering, node: Node, kind: str) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    a = node.attrs
+    nsp = x.type.rank - 2
+    dil = a.get("dilations") or (1,) * nsp
+    fn = pool.emit_pool(low.kmod(), low.fname([node]), x.dtype, x.shape, out.shape, kind, a["kernel_shape"],
+                        a["strides"], a["pads"], dil, bool(a.get("count_include_pad", 0)))
+    _simple(low, node, fn, [low.val(x)], out.type.size * math.prod(a["kernel_shape"]))
+
+
+def _lower_MaxPool(low: Lowering, node: Node) -> None:
+    _pool(low, node, "max")
+
+
+def _lower_AveragePool(low: Lowering, node: Node) -> None:
+    _pool(low, node, "avg")
+
+
+def _reduce(low: Lowering, node: Node, axes: tuple[int, ...], kind: str) -> None:
+    x = node.inputs[0]
+    fn = reduce.emit_reduce(low.kmod(), low.fname([node]), x.dtype, x.shape, axes, kind)
+    _simple(low, node, fn, [low.val(x)], x.type.size)
+
+
+def _lower_GlobalAveragePool(low: Lowering, node: Node) -> None:
+    _reduce(low, node, tuple(range(2, node.inputs[0].type.rank)), "mean")
+
+
+def _lower_GlobalMaxPool(low: Lowering, node: Node) -> None:
+    _reduce(low, node, tuple(range(2, node.inputs[0].type.rank)), "max")
+
+
+def _lower_ReduceSum(low: Lowering, node: Node) -> None:
+    _reduce(low, node, tuple(node.attrs["axes"]), "sum")
+
+
+def _lower_ReduceMean(low: Lowering, node: Node) -> None:
+    _reduce(low, node, tuple(node.attrs["axes"]), "mean")
+
+
+def _lower_ReduceMax(low: Lowering, node: Node) -> None:
+    _reduce(low, node, tuple(node.attrs["axes"]), "max")
+
+
+def _lower_ArgMax(low: Lowering, node: Node) -> None:
+    x = node.inputs[0]
+    fn = reduce.emit_argmax(low.kmod(), low.fname([node]), x.dtype, x.shape, node.attrs["axis"],
+                            bool(node.attrs["select_last_index"]))
+    _simple(low, node, fn, [low.val(x)], x.type.size)
+
+
+def _lower_Softmax(low: Lowering, node: Node, log: bool = False) -> None:
+    x = node.inputs[0]
+    fn = norm.emit_softmax(low.kmod(), low.fname([node]), x.dtype, x.shape, node.attrs["axis"], log)
+    _simple(low, node, fn, [low.val(x)], 8.0 * x.type.size)
+
+
+def _lower_LogSoftmax(low: Lowering, node: Node) -> None:
+    _lower_Softmax(low, node, log=True)
+
+
+def _lower_LayerNormalization(low: Lowering, node: Node) -> None:
+    x, scale = node.inputs[0], node.inputs[1]
+    bias = node.inputs[2] if len(node.inputs) > 2 else None
+    fn = norm.emit_layer_norm(low.kmod(), low.fname([node]), x.dtype, x.shape, node.attrs["axis"],
+                              node.attrs["epsilon"], scale.shape, bias.shape if bias is not None else None)
+    _simple(low, node, fn, [low.val(x), low.val(scale), low.val(bias) if bias is not None else NULL],
+                 6.0 * x.type.size)
+
+
+def _lower_LRN(low: Lowering, node: Node) -> None:
+    x = node.inputs[0]
+    a = node.attrs
+    fn = norm.emit_lrn(low.kmod(), low.fname([node]), x.dtype, x.shape, a["size"], a["alpha"], a["beta"],
+                       a["bias"])
+    _simple(low, node, fn, [low.val(x)], x.type.size * (a["size"] + 8))
+
+
+def _copies(low: Lowering, node: Node, copies: list[movement.Copy], outs: list[Value], ins: list[Value]) -> None:
+    names = [ident(v.name) for v in outs] + [ident(v.name) for v in ins]
+    dt = ins[0].dtype
+    fn = movement.emit_copies(low.kmod(), low.fname([node]), dt, names, copies)
+    work = sum(math.prod(c.shape) for c in copies)
+    _simple(low, node, fn, [low.val(v) for v in ins], work, outs=outs)
+
+
+def _lower_Transpose(low: Lowering, node: Node) -> None:
+    x = node.inputs[0]
+    _copies(low, node, [movement.transpose_copy(x.shape, node.attrs["perm"])], node.outputs, [x])
+
+
+def _lower_Slice(low: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    a = node.attrs
+    _copies(low, node, [movement.slice_copy(x.shape, out.shape, a["starts"], a["axes"], a["steps"])],
+                 node.outputs, [x])
+
+
+def _lower_Expand(low: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    _copies(low, node, [movement.expand_copy(x.shape, out.shape)], node.outputs, [x])
+
+
+def _lower_Concat(low: Lowering, node: Node) -> None:
+    out = node.outputs[0]
+    axis = node.attrs["axis"] % out.type.rank
+    _copies(low, node, movement.concat_copies([v.shape for v in node.inputs], out.shape, axis),
+                 node.outputs, list(node.inputs))
+
+
+def _lower_Split(low: Lowering, node: Node) -> None:
+    x = node.inputs[0]
+    axis = node.attrs["axis"] % x.type.rank
+    _copies(low, node, movement.split_copies(x.shape, node.attrs["split"], axis), list(node.outputs), [x])
+
+
+def _lower_Pad(low: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    a = node.attrs
+    fn = movement.emit_pad(low.kmod(), low.fname([node]), x.dtype, x.shape, out.shape, a["pads"], a["mode"],
+                           a["value"])
+    _simple(low, node, fn, [low.val(x)], 2.0 * out.type.size)
+
+
+def _lower_Gather(low: Lowering, node: Node) -> None:
+    x, idx = node.inputs
+    axis = node.attrs["axis"] % x.type.rank
+    fn = movement.emit_gather(low.kmod(), low.fname([node]), x.dtype, idx.dtype, x.shape, idx.type.size, axis)
+    _simple(low, node, fn, [low.val(x), low.val(idx)], node.outputs[0].type.size)
+
+
+# The op -> kernel emitter table: every op the backend has a kernel for, besides elementwise groups
+# (fusion.py) and aliases (ALIAS_OPS).
+HEAVY = {
+    "Conv": _heavy_Conv,
+    "Gemm": _heavy_Gemm,
+    "FullyConnected": _heavy_FullyConnected,
+    "MatMul": _heavy_MatMul,
+}
+KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
+    "ConvTranspose": _lower_ConvTranspose,
+    "MaxPool": _lower_MaxPool,
+    "AveragePool": _lower_AveragePool,
+    "GlobalAveragePool": _lower_GlobalAveragePool,
+    "GlobalMaxPool": _lower_GlobalMaxPool,
+    "ReduceSum": _lower_ReduceSum,
+    "ReduceMean": _lower_ReduceMean,
+    "ReduceMax": _lower_ReduceMax,
+    "ArgMax": _lower_ArgMax,
+    "Softmax": _lower_Softmax,
+    "LogSoftmax": _lower_LogSoftmax,
+    "LayerNormalization": _lower_LayerNormalization,
+    "LRN": _lower_LRN,
+    "Transpose": _lower_Transpose,
+    "Slice": _lower_Slice,
+    "Expand": _lower_Expand,
+    "Concat": _lower_Concat,
+    "Split": _lower_Split,
+    "Pad": _lower_Pad,
+    "Gather": _lower_Gather,
+    "Conv": lower_heavy_node,
+    "Gemm": lower_heavy_node,
+    "FullyConnected": lower_heavy_node,
+    "MatMul": lower_heavy_node,
+}

@@ -1,0 +1,119 @@
+"""The activation registry: every activation a Conv / Gemm / MatMul / FullyConnected can carry as a
+fused epilogue is declared here once, and its IR op is declared from the same entry.
+
+An entry gives the fused name (the producer's `activation` attribute), the IR op it is, the op's
+attributes that travel as the producer's `activation_params` (in order, with their defaults), the
+element types the op takes, the ONNX op it mirrors one to one, and its reference semantics in
+numpy. The optimizer fuses and unfuses by these entries, the interpreter and constant folding run
+`reference`, and a backend needs only an emitter per name (the CPU's: backends/cpu/activations.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from glowpy.errors import UnsupportedAttribute
+from glowpy.ir.ops.registry import FROM_ONNX, OpDef, register
+from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES, TensorType
+
+NONE = "none"  # the `activation` of a producer without a fused epilogue
+
+Reference = Callable[[np.ndarray, tuple[Any, ...]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Activation:
+    name: str
+    op: str
+    reference: Reference  # f(x, params) -> y, same dtype
+    params: dict[str, Any] = field(default_factory=dict)  # op attribute -> default (FROM_ONNX: the schema's), in order
+    dtypes: frozenset = FLOAT_TYPES
+    onnx: str | None = None
+    doc: str = ""
+
+    def params_of(self, attrs: dict[str, Any]) -> tuple[Any, ...]:
+        """The op node's attributes as the fused `activation_params` tuple."""
+        return tuple(attrs.get(k, d) for k, d in self.params.items())
+
+    def attrs_of(self, params: tuple[Any, ...]) -> dict[str, Any]:
+        """A fused `activation_params` tuple as the op's attributes."""
+        return dict(zip(self.params, params))
+
+
+ACTIVATIONS: dict[str, Activation] = {}
+BY_OP: dict[str, Activation] = {}
+
+
+def _same_as_input(attrs: dict, x: TensorType) -> TensorType:
+    return x
+
+
+def activation(act: Activation) -> Activation:
+    """Register `act` and declare its IR op (unary, elementwise, computing `act.reference`)."""
+    ACTIVATIONS[act.name] = act
+    BY_OP[act.op] = act
+
+    def compute(attrs: dict, x: np.ndarray) -> np.ndarray:
+        return act.reference(x, act.params_of(attrs))
+
+    register(OpDef(act.op, infer=_same_as_input, compute=compute, attrs=dict(act.params), dtypes=act.dtypes,
+                   elementwise=True, onnx=act.onnx, doc=act.doc))
+    return act
+
+
+def of_node(op: str, attrs: dict[str, Any]) -> tuple[str, tuple[Any, ...]] | None:
+    """(name, params) when an `op` node with `attrs` is a registered activation."""
+    act = BY_OP.get(op)
+    return None if act is None else (act.name, act.params_of(attrs))
+
+
+def check_fused(op: str, attrs: dict[str, Any]) -> None:
+    """Refuse a producer whose `activation` is not registered or has the wrong parameter count."""
+    name = attrs["activation"]
+    if name == NONE:
+        return
+    act = ACTIVATIONS.get(name)
+    if act is None:
+        raise UnsupportedAttribute("unknown fused activation", op=op, expected=sorted([NONE, *ACTIVATIONS]),
+                                   found=name)
+    if len(attrs["activation_params"]) != len(act.params):
+        raise UnsupportedAttribute(f"fused activation '{name}' takes parameters {list(act.params)}", op=op,
+                                   expected=len(act.params), found=len(attrs["activation_params"]))
+
+
+def apply_activation(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """A producer's fused epilogue (its `activation` / `activation_params` attributes) on its result."""
+    name = attrs.get("activation", NONE)
+    return x if name == NONE else ACTIVATIONS[name].reference(x, tuple(attrs.get("activation_params", ())))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype)
+
+
+activation(Activation("relu", "Relu", lambda x, p: np.maximum(x, 0).astype(x.dtype), dtypes=NUMERIC_TYPES,
+                      onnx="Relu", doc="max(x, 0)"))
+# ONNX Clip takes its bounds as inputs since opset 11: the importer has a row that reads them.
+activation(Activation("clip", "Clip", lambda x, p: np.clip(x, p[0], p[1]).astype(x.dtype),
+                      {"min": -np.inf, "max": np.inf}, NUMERIC_TYPES, doc="min(max(x, min), max)"))
+activation(Activation("leaky_relu", "LeakyRelu", lambda x, p: np.where(x >= 0, x, x * p[0]).astype(x.dtype),
+                      {"alpha": FROM_ONNX}, onnx="LeakyRelu", doc="x if x >= 0 else alpha * x"))
+activation(Activation("sigmoid", "Sigmoid", lambda x, p: _sigmoid(x), onnx="Sigmoid", doc="1 / (1 + exp(-x))"))
+activation(Activation("tanh", "Tanh", lambda x, p: np.tanh(x), onnx="Tanh", doc="tanh(x)"))
+activation(Activation("hard_sigmoid", "HardSigmoid",
+                      lambda x, p: np.clip(x * p[0] + p[1], 0, 1).astype(x.dtype),
+                      {"alpha": FROM_ONNX, "beta": FROM_ONNX}, onnx="HardSigmoid", doc="max(0, min(1, alpha * x + beta))"))
+
+
+def _hard_swish(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):  # -inf * 0 is NaN, as in ONNX's reference
+        return (x * np.clip(x * (1 / 6) + 0.5, 0, 1)).astype(x.dtype)
+
+
+activation(Activation("hard_swish", "HardSwish", lambda x, p: _hard_swish(x), onnx="HardSwish",
+                      doc="x * max(0, min(1, x / 6 + 0.5))"))
