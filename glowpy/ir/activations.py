@@ -36,8 +36,9 @@ class Activation:
     doc: str = ""
 
     def params_of(self, attrs: dict[str, Any]) -> tuple[Any, ...]:
-        """The op node's attributes as the fused `activation_params` tuple."""
-        return tuple(attrs.get(k, d) for k, d in self.params.items())
+        """The op node's attributes (complete, as `OpDef.make_attrs` gives them) as the fused
+        `activation_params` tuple."""
+        return tuple(attrs[k] for k in self.params)
 
     def attrs_of(self, params: tuple[Any, ...]) -> dict[str, Any]:
         """A fused `activation_params` tuple as the op's attributes."""

@@ -105,7 +105,7 @@ def test_registry_declares_the_ir_op(name: str) -> None:
     opdef = OPS[act.op]
     assert opdef.elementwise and opdef.onnx == act.onnx and opdef.attrs == act.params
     x = _feeds((40,))
-    np.testing.assert_array_equal(opdef.run(opdef.make_attrs({}), [x])[0], act.reference(x, act.params_of({})))
+    np.testing.assert_array_equal(opdef.run(opdef.make_attrs({}), [x])[0], act.reference(x, act.params_of(opdef.make_attrs({}))))
 
 
 def _onnx_conv_act(op: str, opset: int) -> onnx.ModelProto:
