@@ -22,14 +22,14 @@ __version__ = "0.1.0"
 # `import glowpy` costs milliseconds and pulls in neither onnx, numpy nor llvmlite.
 _LAZY = {
     "CompatReport": "glowpy.importer.compat",
-    "check": "glowpy.importer.compat",
+    "check": "glowpy.pipeline",
     "CompiledModel": "glowpy.compiled",
     "GlowpyError": "glowpy.errors",
     "Status": "glowpy.errors",
     "Graph": "glowpy.ir",
     "Partition": "glowpy.importer.partition",
-    "partition": "glowpy.importer.partition",
-    "optimize": "glowpy.optimizer",
+    "partition": "glowpy.pipeline",
+    "optimize": "glowpy.pipeline",
     "load": "glowpy.pipeline",
 }
 

@@ -361,7 +361,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     import json
 
     import glowpy
-    from glowpy.importer.partition import partition
+    from glowpy.pipeline import partition
 
     model = _model_arg(args.model)
     shapes = _shape_bindings(args.shape) or None

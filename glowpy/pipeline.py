@@ -6,6 +6,11 @@ optimized graph, the same code and bit-identical outputs whichever door it came 
 
     optimized_graph(model, backend)   # import + optimize: what `glowpy dump` prints
     compile_model(model, backend)     # ... + backend.compile: a CompiledModel
+    check(model, backend)             # the importer's walk, types only: a verdict per node
+    partition(model, backend)         # the same verdicts, grouped into offloadable subgraphs
+
+Backends are named here (`"cpu"`, `"interpreter"`) and handed down as objects: the importer and the
+optimizer below only ever see a Backend.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ import time
 from typing import Any
 
 from glowpy import optimizer
-from glowpy.backends import DEFAULT_BACKEND, Backend, get_backend
+from glowpy.backends import DEFAULT_BACKEND, Backend, find_backend, get_backend
 from glowpy.compiled import CompiledModel, ImportSummary
 from glowpy.importer import ModelLike, ShapeMap, import_model
+from glowpy.importer import compat as _compat
+from glowpy.importer import partition as _partition
 from glowpy.ir import Graph
 from glowpy.optimizer import OptimizeStats
 
@@ -83,4 +90,25 @@ def compile_model(
                          cached=getattr(executable, "cached", False), imported=imported)
 
 
-__all__ = ["compile_model", "load", "optimized_graph"]
+def optimize(graph: Graph, backend: str | Backend | None = None, **kwargs: Any) -> Graph:
+    """The optimizer pipeline for `backend` (a name, a Backend, or None: keep every op) on a copy of
+    `graph` (unless `in_place=True`); the other keywords are `glowpy.optimizer.optimize`'s."""
+    return optimizer.optimize(graph, None if backend is None else get_backend(backend), **kwargs)
+
+
+def check(model: ModelLike, backend: str | Backend | None = DEFAULT_BACKEND,
+          shapes: ShapeMap | None = None) -> _compat.CompatReport:
+    """Can `backend` run `model`? One verdict per node without reading a weight (see
+    `glowpy.importer.compat.check`). A backend that cannot be created here leaves the op table to decide."""
+    name = backend if isinstance(backend, str) else None
+    return _compat.check(model, find_backend(backend), shapes, backend_name=name)
+
+
+def partition(model: ModelLike, backend: str | Backend | None = DEFAULT_BACKEND,
+              shapes: ShapeMap | None = None) -> _partition.Partition:
+    """`model` split into subgraphs `backend` runs and the nodes left to the host."""
+    name = backend if isinstance(backend, str) else None
+    return _partition.partition(model, find_backend(backend), shapes, backend_name=name)
+
+
+__all__ = ["check", "compile_model", "load", "optimize", "optimized_graph", "partition"]

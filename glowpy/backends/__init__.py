@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from glowpy.backends.base import Backend, Executable
-from glowpy.errors import UnsupportedAttribute
+from glowpy.errors import GlowpyError, UnsupportedAttribute
 
 
 def _interpreter() -> Backend:
@@ -25,6 +25,24 @@ BACKENDS: dict[str, Callable[[], Backend]] = {"cpu": _cpu, "interpreter": _inter
 DEFAULT_BACKEND = "cpu"
 
 
+_FOUND: dict[str, Backend | None] = {}
+
+
+def find_backend(name: str | Backend | None) -> Backend | None:
+    """The backend `name` names, created once per process, or None when it cannot be created here
+    (the compatibility check then decides from the op table alone). An unknown name raises."""
+    if name is None or isinstance(name, Backend):
+        return name
+    if name not in BACKENDS:
+        raise UnsupportedAttribute(f"unknown backend '{name}'", expected=sorted(BACKENDS), found=name)
+    if name not in _FOUND:
+        try:
+            _FOUND[name] = BACKENDS[name]()
+        except GlowpyError:
+            _FOUND[name] = None
+    return _FOUND[name]
+
+
 def get_backend(name: str | Backend) -> Backend:
     if isinstance(name, Backend):
         return name
@@ -34,4 +52,4 @@ def get_backend(name: str | Backend) -> Backend:
     return factory()
 
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "Backend", "Executable", "get_backend"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "Backend", "Executable", "find_backend", "get_backend"]

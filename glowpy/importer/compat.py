@@ -35,7 +35,6 @@ from glowpy.errors import (
     GlowpyError,
     InvalidModel,
     Status,
-    UnsupportedAttribute,
     UnsupportedDatatype,
     UnsupportedOperator,
 )
@@ -189,30 +188,6 @@ class Slot:
 def _rebuild(err: GlowpyError, *, node: str, op: str, opset: int | None = None) -> GlowpyError:
     """A copy of `err` naming this node (the original may belong to a value shared by many nodes)."""
     return type(err)(err.reason, node=node, op=op, opset=opset, expected=err.expected, found=err.found)
-
-
-_BACKEND_CACHE: dict[str, Backend | None] = {}
-
-
-def resolve_backend(name: str | Backend | None) -> Backend | None:
-    """The backend to consult, or None when it is not available (then the op table alone decides).
-    An unknown name raises UnsupportedAttribute, like `get_backend`."""
-    from glowpy.backends import BACKENDS  # backends sit above the importer: asked for lazily
-    from glowpy.backends.base import Backend
-
-    if name is None:
-        return None
-    if isinstance(name, Backend):
-        return name
-    if name not in _BACKEND_CACHE:
-        factory = BACKENDS.get(name)
-        if factory is None:
-            raise UnsupportedAttribute(f"unknown backend '{name}'", expected=sorted(BACKENDS), found=name)
-        try:
-            _BACKEND_CACHE[name] = factory()
-        except GlowpyError:
-            _BACKEND_CACHE[name] = None  # not landed / not buildable here: decide from the table
-    return _BACKEND_CACHE[name]
 
 
 class Checker(Host):
@@ -492,23 +467,23 @@ class Checker(Host):
         name = node_display_name(node, index)
         if be is None or not self._emitted:
             return self._verdict(index, node, None, opset=opset, assumes=self._notes)
-        from glowpy.optimizer.lower import LOWERINGS
-
         lowered = []
         for ir in self._emitted:
             try:
-                # The optimizer lowers what the backend asks for and has a lowering for (Glow's shouldLower).
-                if ir.op in LOWERINGS and be.should_lower(ir):
-                    lowered.append(ir.op)
-                    continue
                 check = getattr(be, "check_node", None)  # optional: the backend's own precise error
                 if check is not None:
                     check(ir)
-                if not be.is_op_supported(ir):
-                    types = ", ".join(str(v.type) for v in ir.inputs)
-                    return self._verdict(index, node, UnsupportedOperator(
-                        f"backend '{be.name}' cannot execute IR op {ir.op}", node=name, op=node.op_type,
-                        opset=opset, expected="an op and types the backend implements", found=f"{ir.op}({types})"))
+                if be.is_op_supported(ir):
+                    continue
+                # No native kernel, but the optimizer decomposes it for this backend (Glow's shouldLower):
+                # supported through decomposition, which ONNXIFI reports as FALLBACK.
+                if be.should_lower(ir):
+                    lowered.append(ir.op)
+                    continue
+                types = ", ".join(str(v.type) for v in ir.inputs)
+                return self._verdict(index, node, UnsupportedOperator(
+                    f"backend '{be.name}' cannot execute IR op {ir.op}", node=name, op=node.op_type,
+                    opset=opset, expected="an op and types the backend implements", found=f"{ir.op}({types})"))
             except GlowpyError as e:
                 return self._verdict(index, node, _rebuild(e, node=name, op=node.op_type, opset=opset))
         if lowered:
@@ -525,24 +500,24 @@ def unreadable_report(err: GlowpyError, backend: str) -> CompatReport:
     return CompatReport([], [Issue(err.status, str(err))], backend=backend, readable=False)
 
 
-def check(model: ModelLike, backend: str | Backend | None = "cpu",
-          shapes: Mapping[str, Sequence[int] | int] | None = None) -> CompatReport:
+def check(model: ModelLike, backend: Backend | None = None,
+          shapes: Mapping[str, Sequence[int] | int] | None = None, *, backend_name: str | None = None
+          ) -> CompatReport:
     """Can `backend` run `model`? One verdict per node, from op types, attributes and declared types
     only: weights may be absent and are never read. Never raises for problems of the model itself
     (unreadable bytes give a report with `readable` False and INVALID_PROTOBUF / INVALID_MODEL).
 
-    `backend` is consulted (`should_lower` -> FALLBACK, `is_op_supported`) when it is available; when
-    it is not (yet), the op table alone decides and `report.backend_consulted` is False. `shapes`
-    binds symbolic dims, as in `glowpy.load`.
+    `backend` (an object; `glowpy.check` finds it by name) refines the verdicts (`is_op_supported`,
+    `should_lower` -> FALLBACK); None: the op table alone decides and `report.backend_consulted` is
+    False. `shapes` binds symbolic dims, as in `glowpy.load`.
     """
-    be = resolve_backend(backend)
-    be_name = backend if isinstance(backend, str) else (be.name if be is not None else "none")
+    be_name = backend_name or (backend.name if backend is not None else "none")
     try:
         proto, _ = read_model(model)
     except GlowpyError as e:
         return unreadable_report(e, be_name)
-    return Checker(proto, be, be_name, shapes).run()
+    return Checker(proto, backend, be_name, shapes).run()
 
 
 __all__ = ["CompatReport", "Checker", "Issue", "NodeVerdict", "Slot", "check", "node_display_name",
-           "resolve_backend", "topo_order"]
+           "topo_order"]

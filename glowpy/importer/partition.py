@@ -24,7 +24,6 @@ from glowpy.importer.compat import (
     ModelLike,
     Slot,
     node_display_name,
-    resolve_backend,
 )
 from glowpy.importer.onnx_import import read_model
 from glowpy.ir.types import dtype_to_onnx
@@ -225,15 +224,15 @@ def _subgraph_model(model: ModelProto, nodes: list[NodeProto], members: list[int
     return sub
 
 
-def partition(model: ModelLike, backend: str | Backend | None = "cpu",
-              shapes: Mapping[str, Sequence[int] | int] | None = None) -> Partition:
+def partition(model: ModelLike, backend: Backend | None = None,
+              shapes: Mapping[str, Sequence[int] | int] | None = None, *, backend_name: str | None = None
+              ) -> Partition:
     """Split `model` into offloadable subgraphs (maximal connected groups of nodes `glowpy.check`
     accepts, never forming a cycle with the host nodes between them) and the nodes left to the host.
-    An unreadable model raises its GlowpyError (INVALID_PROTOBUF / INVALID_MODEL)."""
+    An unreadable model raises its GlowpyError (INVALID_PROTOBUF / INVALID_MODEL). `backend` is an
+    object, as for `compat.check` (`glowpy.partition` finds it by name)."""
     proto, _ = read_model(model)
-    be = resolve_backend(backend)
-    be_name = backend if isinstance(backend, str) else (be.name if be is not None else "none")
-    checker = Checker(proto, be, be_name, shapes)
+    checker = Checker(proto, backend, backend_name or (backend.name if backend is not None else "none"), shapes)
     report = checker.run()
     nodes = list(proto.graph.node)
     n = len(nodes)

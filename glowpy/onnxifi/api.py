@@ -209,7 +209,7 @@ def onnxGetBackendInfo(backendID: Any, infoType: int, infoValue: Any, infoValueS
 
 def compatibility(model_bytes: bytes, kind: str) -> Status:
     """The importer's walk in its types-only mode (`glowpy.check`): never weight values."""
-    from glowpy.importer.compat import check
+    from glowpy.pipeline import check
 
     status = Status(check(model_bytes, backend=kind).status)
     if status in (Status.SUCCESS, Status.FALLBACK) and _backend_missing(kind):

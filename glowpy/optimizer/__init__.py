@@ -100,7 +100,7 @@ def clone(graph: Graph) -> Graph:
 
 def optimize(
     graph: Graph,
-    backend: Backend | str | None = None,
+    backend: Backend | None = None,
     *,
     verify: bool | None = None,
     stats: OptimizeStats | None = None,
@@ -114,10 +114,6 @@ def optimize(
     runs `graph.verify()` after every pass; `stats` collects op counts and per-pass figures;
     `stop_after` names a stage or pass to stop after (for `glowpy dump --after`).
     """
-    if isinstance(backend, str):
-        from glowpy.backends import get_backend
-
-        backend = get_backend(backend)
     g = graph if in_place else clone(graph)
     return run_pipeline(g, pipeline, backend, verify=verify_by_default() if verify is None else verify,
                         stats=stats, stop_after=stop_after)

@@ -348,7 +348,7 @@ def test_report_to_dict_is_json() -> None:
 
 
 class PickyBackend(Backend):
-    """Lowers Gemm, cannot run Sigmoid."""
+    """Has no Gemm kernel but lowers it (FALLBACK), cannot run Sigmoid."""
 
     name = "picky"
 
@@ -356,7 +356,7 @@ class PickyBackend(Backend):
         return node.op == "Gemm"
 
     def is_op_supported(self, node: Node) -> bool:
-        return node.op != "Sigmoid"
+        return node.op not in ("Sigmoid", "Gemm")
 
     def compile(self, graph, **options):  # pragma: no cover - never compiled here
         raise NotImplementedError
@@ -377,16 +377,16 @@ def test_backend_refines_the_verdict() -> None:
 
 
 def test_unavailable_backend_falls_back_to_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    from glowpy.backends import BACKENDS
+    import glowpy.backends as backends
     from glowpy.errors import UnsupportedAttribute
 
     def absent():
-        raise UnsupportedAttribute("not landed")
+        raise UnsupportedAttribute("cannot be created on this machine")
 
-    monkeypatch.setitem(BACKENDS, "ghost", absent)
-    monkeypatch.setattr(compat, "_BACKEND_CACHE", {})
+    monkeypatch.setitem(backends.BACKENDS, "ghost", absent)
+    monkeypatch.setattr(backends, "_FOUND", {})
     r = glowpy.check(conv_model(), backend="ghost")
-    assert r.supported and not r.backend_consulted
+    assert r.supported and not r.backend_consulted and r.backend == "ghost"
 
 
 def test_unknown_backend_name_raises() -> None:

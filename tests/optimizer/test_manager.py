@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import glowpy
+from glowpy.backends import get_backend
 from glowpy.errors import InternalError
 from glowpy.ir import Graph
 from glowpy.optimizer import PIPELINE, OptimizeStats, Pass, Stage, optimize, pass_names
@@ -132,7 +133,7 @@ def test_compile_optimizes_by_default_and_not_when_asked() -> None:
 
 def test_optimize_in_place_and_by_backend_name() -> None:
     graph = small_net()
-    same = optimize(graph, "interpreter", in_place=True)
+    same = glowpy.optimize(graph, "interpreter", in_place=True)  # names resolve at the top, in glowpy.pipeline
     assert same is graph and "BatchNormalization" not in ops(graph)
 
 
@@ -168,7 +169,7 @@ def test_rewritten_weights_are_freed_without_the_cyclic_collector() -> None:
     assert len(conv_weights) == 2
     gc.disable()
     try:
-        optimize(graph, "cpu", in_place=True)  # BatchNorm folds into new conv weights; Gemm -> FC
+        optimize(graph, get_backend("cpu"), in_place=True)  # BatchNorm folds into new conv weights; Gemm -> FC
         assert [r() for r in conv_weights] == [None, None]
         assert gemm_weight() is None  # transposed for FullyConnected: the (5, 4) original is gone
     finally:
