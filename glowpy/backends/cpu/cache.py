@@ -33,8 +33,8 @@ import hashlib
 import json
 import logging
 import os
-import threading
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
