@@ -30,26 +30,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "host_util.h"
 #include "onnxifi.h"
 
 #define MAX_RANK 8
 #define MAX_THREADS 64
-
-static struct {
-  onnxGetBackendIDsFunction GetBackendIDs;
-  onnxReleaseBackendIDFunction ReleaseBackendID;
-  onnxGetBackendInfoFunction GetBackendInfo;
-  onnxInitBackendFunction InitBackend;
-  onnxReleaseBackendFunction ReleaseBackend;
-  onnxInitEventFunction InitEvent;
-  onnxSignalEventFunction SignalEvent;
-  onnxWaitEventFunction WaitEvent;
-  onnxReleaseEventFunction ReleaseEvent;
-  onnxInitGraphFunction InitGraph;
-  onnxSetGraphIOFunction SetGraphIO;
-  onnxRunGraphFunction RunGraph;
-  onnxReleaseGraphFunction ReleaseGraph;
-} F;
 
 typedef struct {
   char name[256];
@@ -83,19 +68,6 @@ static void fail(const char* what, long status) {
     if (s_ != (want)) fail(#call, (long)s_);                  \
   } while (0)
 
-static void* load_file(const char* path, size_t* size) {
-  FILE* f = fopen(path, "rb");
-  if (!f) { fprintf(stderr, "soak: cannot open %s\n", path); exit(2); }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  void* data = malloc(n > 0 ? (size_t)n : 1);
-  if (n > 0 && fread(data, 1, (size_t)n, f) != (size_t)n) { fprintf(stderr, "soak: short read %s\n", path); exit(2); }
-  fclose(f);
-  *size = (size_t)n;
-  return data;
-}
-
 static long rss_kib(void) {
   long pages = 0, resident = 0;
   FILE* f = fopen("/proc/self/statm", "r");
@@ -114,25 +86,7 @@ static void print_rss(int round) {
 }
 
 static onnxTensorDescriptorV1 describe(const Tensor* t, void* buffer) {
-  onnxTensorDescriptorV1 d;
-  memset(&d, 0, sizeof d);
-  d.tag = ONNXIFI_TAG_TENSOR_DESCRIPTOR_V1;
-  d.name = t->name;
-  d.dataType = ONNXIFI_DATATYPE_FLOAT32;
-  d.memoryType = ONNXIFI_MEMORY_TYPE_CPU;
-  d.dimensions = t->rank;
-  d.shape = t->dims;
-  d.buffer = (onnxPointer)(uintptr_t)buffer;
-  return d;
-}
-
-static onnxMemoryFenceV1 fence(onnxEvent event) {
-  onnxMemoryFenceV1 f;
-  memset(&f, 0, sizeof f);
-  f.tag = ONNXIFI_TAG_MEMORY_FENCE_V1;
-  f.type = ONNXIFI_SYNCHRONIZATION_EVENT;
-  f.event = event;
-  return f;
+  return simple(t->name, ONNXIFI_DATATYPE_FLOAT32, t->rank, t->dims, buffer);
 }
 
 typedef struct { onnxEvent event; onnxStatus status; int delay_ms; } EventJob;
@@ -260,14 +214,8 @@ static void read_config(const char* path) {
 static void* open_library(void) {
   void* lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
   if (!lib) { fprintf(stderr, "soak: dlopen: %s\n", dlerror()); exit(2); }
-  const char* symbols[] = {"onnxGetBackendIDs", "onnxReleaseBackendID", "onnxGetBackendInfo", "onnxInitBackend",
-                           "onnxReleaseBackend", "onnxInitEvent", "onnxSignalEvent", "onnxWaitEvent",
-                           "onnxReleaseEvent", "onnxInitGraph", "onnxSetGraphIO", "onnxRunGraph", "onnxReleaseGraph"};
-  void** slots = (void**)&F;
-  for (int i = 0; i < 13; i++) {
-    slots[i] = dlsym(lib, symbols[i]);
-    if (!slots[i]) { fprintf(stderr, "soak: missing symbol %s\n", symbols[i]); exit(2); }
-  }
+  const char* missing = load_onnxifi(lib);
+  if (missing) { fprintf(stderr, "soak: missing symbol %s\n", missing); exit(2); }
   return lib;
 }
 
