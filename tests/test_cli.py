@@ -142,12 +142,12 @@ def test_unreadable_model_is_one_line(capsys) -> None:
 
 
 def test_internal_error_is_one_line_exit_3(small_model: Path, monkeypatch, capsys) -> None:
-    import glowpy
+    import glowpy.cli
 
     def broken(*args, **kwargs):
         raise TypeError("an invariant broke\nacross lines")
 
-    monkeypatch.setattr(glowpy, "compile", broken)
+    monkeypatch.setattr(glowpy.cli, "cmd_run", broken)
     assert main(["run", str(small_model), "-s", "N=1", "-n", "1"]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -156,12 +156,12 @@ def test_internal_error_is_one_line_exit_3(small_model: Path, monkeypatch, capsy
 
 
 def test_interrupt_exits_130_quietly(small_model: Path, monkeypatch, capsys) -> None:
-    import glowpy
+    import glowpy.cli
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(glowpy, "compile", interrupted)
+    monkeypatch.setattr(glowpy.cli, "cmd_run", interrupted)
     assert main(["run", str(small_model), "-s", "N=1"]) == 130
     assert capsys.readouterr().err == ""
 
