@@ -104,16 +104,25 @@ def test_check_reports_no_system_memory_for_the_bomb():
     assert [n.name for n in bad] == ["add"] and "14.6 TiB" in bad[0].reason
 
 
-def test_onnxifi_compatibility_gives_no_system_memory():
+def test_onnxifi_refuses_the_bomb_with_no_system_memory():
+    """onnxGetBackendCompatibility and onnxInitGraph, on both backends, without allocating it."""
     from glowpy.onnxifi import api
 
     data = bomb_model()
     ids = (ctypes.c_void_p * 2)()
     n = ctypes.c_size_t(2)
-    assert api.onnxGetBackendIDs(ctypes.addressof(ids), ctypes.addressof(n)) == Status.SUCCESS
+    assert api.onnxGetBackendIDs(ids, ctypes.byref(n)) == Status.SUCCESS
     try:
         for i in ids[: n.value]:
             assert api.onnxGetBackendCompatibility(i, len(data), data) == Status.NO_SYSTEM_MEMORY
+            backend, graph = ctypes.c_void_p(), ctypes.c_void_p(1)
+            assert api.onnxInitBackend(i, None, ctypes.byref(backend)) == Status.SUCCESS
+            t = time.perf_counter()
+            assert api.onnxInitGraph(backend, None, len(data), data, 0, None, ctypes.byref(graph)) == \
+                Status.NO_SYSTEM_MEMORY
+            assert time.perf_counter() - t < 1.0 and not graph.value
+            assert "14.6 TiB" in api.last_error()
+            assert api.onnxReleaseBackend(backend) == Status.SUCCESS
     finally:
         for i in ids[: n.value]:
             api.onnxReleaseBackendID(i)
