@@ -8,6 +8,8 @@ input, wrong shape) print one line and exit 2; never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,11 +20,22 @@ import numpy as np
 if TYPE_CHECKING:
     from glowpy.optimizer import OptimizeStats
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
+EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # the shell's codes for SIGINT and SIGPIPE
+EXIT_CODES = ("exit codes: 0 success; 1 the model is not supported (check) or a command failed; 2 an error in "
+              "the input (model, file, flag, shape, memory limit); 3 an internal error in glowpy (a bug: please "
+              "report it); 130 interrupted; 141 output pipe closed.")
 
 
 class UsageError(Exception):
     """A mistake in what the user asked for: reported in one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with errors in one line (exit 2), like every other glowpy error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 # --- argument parsing helpers -----------------------------------------------------------------------
@@ -125,10 +138,9 @@ def _human_count(n: int) -> str:
 
 
 def _human_bytes(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+    from glowpy.limits import human_bytes
+
+    return human_bytes(n)
 
 
 # --- glowpy run ------------------------------------------------------------------------------------
@@ -511,7 +523,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dum
 def build_parser() -> argparse.ArgumentParser:
     from glowpy import __version__
 
-    parser = argparse.ArgumentParser(prog="glowpy", description="A Glow-style graph compiler for ONNX models.")
+    parser = _Parser(prog="glowpy", description="A Glow-style graph compiler for ONNX models.", epilog=EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"glowpy {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in COMMANDS:
@@ -519,21 +531,74 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _refuse_special_files(args: argparse.Namespace) -> None:
+    """A model or input path naming a directory, fifo or device is refused before it is opened (a fifo
+    would block the read forever). Missing paths are left to the command (dump takes model names)."""
+    paths = [("model", args.model)] if isinstance(getattr(args, "model", None), str) else []
+    paths += [("input", _name_value(item, "--input")[1]) for item in getattr(args, "input", None) or []]
+    for what, path in paths:
+        try:
+            mode = Path(path).stat().st_mode
+        except (OSError, ValueError):
+            continue
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a fifo" if stat.S_ISFIFO(mode) else "not a regular file"
+            raise UsageError(f"{what} '{path}' is {kind}: expected a file")
+
+
+def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     from glowpy.errors import GlowpyError
 
-    parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
     try:
+        from glowpy.limits import memory_budget
+
+        memory_budget()  # a malformed GLOWPY_MAX_MEMORY fails here, once, not node by node
+        _refuse_special_files(args)
         return args.func(args)
     except (UsageError, GlowpyError) as e:
-        print(f"glowpy {args.command}: error: {e}", file=sys.stderr)
+        print(f"glowpy {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
+    except MemoryError:
+        from glowpy.limits import ENV
+
+        print(f"glowpy {args.command}: error: out of memory (lower the model's sizes, or set {ENV} to refuse "
+              "such models before allocating)", file=sys.stderr)
+        return EXIT_USAGE
+    except (BrokenPipeError, KeyboardInterrupt):
+        raise
+    except OSError as e:  # a file the command writes or reads (-o to a directory, a full disk)
+        print(f"glowpy {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The entry point: every failure is one line on stderr and an exit code (EXIT_CODES), never a
+    traceback."""
+    try:
+        return _dispatch(build_parser(), argv)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Whoever read stdout has gone (glowpy dump | head): nothing more can be said there, and
+        # Python's final flush must not fail again.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_BROKEN_PIPE
+    except Exception as e:  # noqa: BLE001  (a bug in glowpy: one line, not a traceback)
+        print(f"glowpy: internal error: {type(e).__name__}: {_one_line(e)} (this is a bug in glowpy: please "
+              "report it with the command line and the model)", file=sys.stderr)
+        return EXIT_BUG
 
 
 if __name__ == "__main__":

@@ -191,3 +191,16 @@ class InternalError(GlowpyError):
     """A broken invariant inside glowpy (a bug): raised instead of `assert`."""
 
     status = Status.INTERNAL_ERROR
+
+
+class MemoryLimitExceeded(GlowpyError):
+    """A tensor, folded value, packed weight or arena would need more memory than the budget
+    (`glowpy.limits`): refused before anything is allocated."""
+
+    status = Status.NO_SYSTEM_MEMORY
+
+
+class ConfigurationError(GlowpyError):
+    """An environment setting glowpy reads (e.g. GLOWPY_MAX_MEMORY) is malformed."""
+
+    status = Status.INVALID_PROPERTY

@@ -99,3 +99,83 @@ def test_dump_llvm_and_assembly(small_model: Path, capsys) -> None:
     assert ".file" in asm and "\tret" in asm
     assert main(["dump", str(small_model), "-s", "N=4", "--format", "llvm", "-b", "interpreter"]) == 2
     assert "the interpreter backend generates no code" in capsys.readouterr().err
+
+
+def _glowpy(*argv: str, **kw) -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parents[1]
+    import os
+
+    return subprocess.run([sys.executable, "-m", "glowpy.cli", *argv], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)}, **kw)
+
+
+def test_argparse_errors_are_one_line_exit_2() -> None:
+    for argv, message in ((["run", "--bogus"], "glowpy: error: unrecognized arguments: --bogus"),
+                          (["run", "-n", "abc"], "glowpy run: error: argument --iterations/-n: invalid int value"),
+                          (["frobnicate"], "glowpy: error: argument COMMAND: invalid choice: 'frobnicate'")):
+        proc = _glowpy(*argv)
+        assert proc.returncode == 2
+        assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith(message), proc.stderr
+
+
+def test_special_files_are_refused_before_opening(tmp_path: Path, small_model: Path, capsys) -> None:
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # opening it for reading would block forever
+    np.save(tmp_path / "x.npy", np.zeros((1, 8), np.float32))
+    for args, message in ((["run", str(fifo)], f"model '{fifo}' is a fifo: expected a file"),
+                          (["check", str(tmp_path)], f"model '{tmp_path}' is a directory: expected a file"),
+                          (["dump", str(fifo)], f"model '{fifo}' is a fifo: expected a file"),
+                          (["run", "/dev/null"], "model '/dev/null' is not a regular file: expected a file"),
+                          (["run", str(small_model), "-s", "N=1", "-i", f"x={fifo}"],
+                           f"input '{fifo}' is a fifo: expected a file")):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+
+
+def test_unreadable_model_is_one_line(capsys) -> None:
+    assert main(["check", "/proc/self/mem"]) == 2  # a regular file whose read fails (EIO), even for root
+    err = capsys.readouterr().err
+    assert err == "glowpy check: error: cannot read model file '/proc/self/mem': Input/output error\n"
+
+
+def test_internal_error_is_one_line_exit_3(small_model: Path, monkeypatch, capsys) -> None:
+    import glowpy.cli
+
+    def broken(*args, **kwargs):
+        raise TypeError("an invariant broke\nacross lines")
+
+    monkeypatch.setattr(glowpy.cli, "cmd_run", broken)
+    assert main(["run", str(small_model), "-s", "N=1", "-n", "1"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("glowpy: internal error: TypeError: an invariant broke across lines")
+    assert "please report" in err
+
+
+def test_interrupt_exits_130_quietly(small_model: Path, monkeypatch, capsys) -> None:
+    import glowpy.cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(glowpy.cli, "cmd_run", interrupted)
+    assert main(["run", str(small_model), "-s", "N=1"]) == 130
+    assert capsys.readouterr().err == ""
+
+
+def test_closed_pipe_exits_141_quietly() -> None:
+    root = Path(__file__).resolve().parents[1]
+    shell = f"PYTHONPATH={root} {sys.executable} -m glowpy.cli dump squeezenet | head -c 10 >/dev/null; " \
+            "echo ${PIPESTATUS[0]}"
+    proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "141" and proc.stderr == "", proc.stderr
+
+
+def test_help_documents_exit_codes() -> None:
+    proc = _glowpy("--help")
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    assert "3 an internal error in glowpy (a bug: please report it)" in text and "130 interrupted" in text

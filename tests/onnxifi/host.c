@@ -27,29 +27,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "host_util.h"
 #include "onnxifi.h"
 
 #define MAX_TENSORS 1024
 #define MAX_RANK 8
-
-static struct {
-  onnxGetBackendIDsFunction GetBackendIDs;
-  onnxReleaseBackendIDFunction ReleaseBackendID;
-  onnxGetBackendInfoFunction GetBackendInfo;
-  onnxGetBackendCompatibilityFunction GetBackendCompatibility;
-  onnxInitBackendFunction InitBackend;
-  onnxReleaseBackendFunction ReleaseBackend;
-  onnxInitEventFunction InitEvent;
-  onnxSignalEventFunction SignalEvent;
-  onnxGetEventStateFunction GetEventState;
-  onnxWaitEventFunction WaitEvent;
-  onnxReleaseEventFunction ReleaseEvent;
-  onnxInitGraphFunction InitGraph;
-  onnxSetGraphIOFunction SetGraphIO;
-  onnxRunGraphFunction RunGraph;
-  onnxReleaseGraphFunction ReleaseGraph;
-  onnxGetExtensionFunctionAddressFunction GetExtensionFunctionAddress;
-} F;
 
 static int checks = 0, failures = 0;
 
@@ -67,19 +49,6 @@ static void expect_true(const char* what, int cond) {
   checks++;
   if (!cond) failures++;
   printf("%s  %s\n", cond ? "ok  " : "FAIL", what);
-}
-
-static void* load_file(const char* path, size_t* size) {
-  FILE* f = fopen(path, "rb");
-  if (!f) { fprintf(stderr, "host: cannot open %s\n", path); exit(2); }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  void* data = malloc(n > 0 ? (size_t)n : 1);
-  if (n > 0 && fread(data, 1, (size_t)n, f) != (size_t)n) { fprintf(stderr, "host: short read %s\n", path); exit(2); }
-  fclose(f);
-  *size = (size_t)n;
-  return data;
 }
 
 static size_t elem_size(uint64_t dtype) {
@@ -103,38 +72,7 @@ typedef struct {
 } Tensor;
 
 static onnxTensorDescriptorV1 describe(const Tensor* t, const char* name, const uint64_t* shape, void* buffer) {
-  onnxTensorDescriptorV1 d;
-  memset(&d, 0, sizeof d);
-  d.tag = ONNXIFI_TAG_TENSOR_DESCRIPTOR_V1;
-  d.name = name;
-  d.dataType = t->dtype;
-  d.memoryType = ONNXIFI_MEMORY_TYPE_CPU;
-  d.dimensions = t->rank;
-  d.shape = shape;
-  d.buffer = (onnxPointer)(uintptr_t)buffer;
-  return d;
-}
-
-static onnxTensorDescriptorV1 simple(const char* name, uint64_t dtype, uint32_t rank, const uint64_t* shape, void* buf) {
-  onnxTensorDescriptorV1 d;
-  memset(&d, 0, sizeof d);
-  d.tag = ONNXIFI_TAG_TENSOR_DESCRIPTOR_V1;
-  d.name = name;
-  d.dataType = dtype;
-  d.memoryType = ONNXIFI_MEMORY_TYPE_CPU;
-  d.dimensions = rank;
-  d.shape = shape;
-  d.buffer = (onnxPointer)(uintptr_t)buf;
-  return d;
-}
-
-static onnxMemoryFenceV1 fence(onnxEvent event) {
-  onnxMemoryFenceV1 f;
-  memset(&f, 0, sizeof f);
-  f.tag = ONNXIFI_TAG_MEMORY_FENCE_V1;
-  f.type = ONNXIFI_SYNCHRONIZATION_EVENT;
-  f.event = event;
-  return f;
+  return simple(name, t->dtype, t->rank, shape, buffer);
 }
 
 /* --- enumeration ------------------------------------------------------------------------------- */
@@ -534,16 +472,8 @@ int main(int argc, char** argv) {
   if (argc != 3) { fprintf(stderr, "usage: %s LIBRARY SCRIPT\n", argv[0]); return 2; }
   void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!lib) { fprintf(stderr, "host: dlopen: %s\n", dlerror()); return 2; }
-  const char* symbols[] = {"onnxGetBackendIDs", "onnxReleaseBackendID", "onnxGetBackendInfo",
-                           "onnxGetBackendCompatibility", "onnxInitBackend", "onnxReleaseBackend", "onnxInitEvent",
-                           "onnxSignalEvent", "onnxGetEventState", "onnxWaitEvent", "onnxReleaseEvent",
-                           "onnxInitGraph", "onnxSetGraphIO", "onnxRunGraph", "onnxReleaseGraph",
-                           "onnxGetExtensionFunctionAddress"};
-  void** slots = (void**)&F;
-  for (int i = 0; i < 16; i++) {
-    slots[i] = dlsym(lib, symbols[i]);
-    if (!slots[i]) { fprintf(stderr, "host: missing symbol %s\n", symbols[i]); return 2; }
-  }
+  const char* missing = load_onnxifi(lib);
+  if (missing) { fprintf(stderr, "host: missing symbol %s\n", missing); return 2; }
   printf("loaded %s (16 symbols)\n", argv[1]);
   enumerate();
 

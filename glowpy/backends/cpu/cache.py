@@ -19,6 +19,11 @@ into place with os.replace, so a reader sees either nothing or a complete file, 
 processes compiling the same model at once each write a complete file (the last rename wins). A
 file whose header or digest does not check out (truncated, corrupt, another format) is ignored and
 rebuilt: a corrupt object is never handed to LLVM.
+
+Faults never fail a compile: a directory that cannot be written (read-only, full disk, not a directory)
+or an entry that cannot be read or does not check out makes the compile go on without that entry,
+and logs one warning on the `glowpy.cache` logger per directory and kind of fault, for the life of the
+process (a long-lived host compiling many graphs is told once, not per graph).
 """
 
 from __future__ import annotations
@@ -26,14 +31,29 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 MAGIC = b"GLOWPY-OBJ-1"
+
+log = logging.getLogger("glowpy.cache")
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(directory: Path, kind: str, message: str) -> None:
+    """Log `message` as a warning unless this kind of fault was already reported for `directory`."""
+    with _warned_lock:
+        if (str(directory), kind) in _warned:
+            return
+        _warned.add((str(directory), kind))
+    log.warning("glowpy: compile cache %s: %s", directory, message)
 
 
 def cache_dir() -> Path:
@@ -99,17 +119,20 @@ class ObjectCache:
 
     def get(self, key: str) -> bytes | None:
         """The cached object for `key`, or None (missing, unreadable or corrupt)."""
+        path = self.path(key)
         try:
-            blob = self.path(key).read_bytes()
-        except OSError:
+            blob = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            warn_once(self.directory, "read", f"cannot read {path.name} ({e.strerror or e}); compiling without it")
             return None
         head, sep, payload = blob.partition(b"\n")
-        if not sep:
-            return None
         parts = head.split(b" ")
-        if len(parts) != 3 or parts[0] != MAGIC or parts[1].decode(errors="replace") != key:
-            return None
-        if hashlib.sha256(payload).hexdigest().encode() != parts[2] or not payload:
+        if (not sep or len(parts) != 3 or parts[0] != MAGIC or parts[1].decode(errors="replace") != key
+                or hashlib.sha256(payload).hexdigest().encode() != parts[2] or not payload):
+            warn_once(self.directory, "corrupt", f"ignored {path.name}: truncated, damaged or not a glowpy entry "
+                      "(rebuilt)")
             return None
         return payload
 
@@ -124,12 +147,13 @@ class ObjectCache:
         return self.put(f"idx-{signature}", json.dumps(entry, sort_keys=True).encode())
 
     def put(self, key: str, data: bytes) -> bool:
-        """Store atomically; False (and no exception) if the directory is not writable."""
+        """Store atomically; False (one warning, no exception) if the directory cannot take it."""
         header = b" ".join([MAGIC, key.encode(), hashlib.sha256(data).hexdigest().encode()]) + b"\n"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory)
-        except OSError:
+        except OSError as e:
+            self._write_failed(e)
             return False
         try:
             with os.fdopen(fd, "wb") as f:
@@ -137,9 +161,14 @@ class ObjectCache:
                 f.write(data)
             os.replace(tmp, self.path(key))
             return True
-        except OSError:
+        except OSError as e:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+            self._write_failed(e)
             return False
+
+    def _write_failed(self, e: OSError) -> None:
+        warn_once(self.directory, "write", f"cannot store compiled code ({e.strerror or e}); compiling without "
+                  "the cache")

@@ -33,6 +33,7 @@ from glowpy.backends.cpu.steps import Arg, Step
 from glowpy.backends.cpu.target import HostTarget
 from glowpy.errors import InternalError
 from glowpy.ir.graph import Graph, Value
+from glowpy.limits import check_bytes
 
 ENTRY = "glowpy_run"
 PROFILE_KEY = ("profile",)
@@ -228,7 +229,10 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
                 if id(st) not in placed:
                     placed.add(id(st))
                     st.offset = len(weights)
-                    weights.append(np.ascontiguousarray(st.values[0].data))
+                    data = st.values[0].data  # a broadcast view until made contiguous: check first
+                    check_bytes(sum(w.nbytes for w in weights) + data.nbytes + plan.size,
+                                "the weights block and activation arena")
+                    weights.append(np.ascontiguousarray(data))
             elif a.kind == "array" and a.index not in array_offset:
                 array_offset[a.index] = len(weights)
                 weights.append(low.arrays[a.index])

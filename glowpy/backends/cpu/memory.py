@@ -16,6 +16,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from glowpy.errors import InternalError
+from glowpy.limits import check_bytes
 
 ALIGN = 64  # a cache line and an AVX-512 vector
 
@@ -80,6 +81,7 @@ def plan_arena(intervals: Sequence[Interval], align: int = ALIGN) -> Plan:
         placed.append((offset, offset + size, iv))
         offsets[iv.key] = offset
         total = max(total, offset + size)
+    check_bytes(total, "the activation arena")  # before the arena is allocated
     return Plan(offsets, total, peak_live_bytes(intervals))
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from glowpy.errors import InternalError, UnsupportedAttribute, UnsupportedDatatype
 from glowpy.ir.types import ALL_TYPES, TensorType
+from glowpy.limits import check_bytes
 
 REQUIRED = object()  # sentinel default: the attribute must be given
 
@@ -124,7 +125,12 @@ class OpDef:
                 expected=sorted(str(d) for d in self.dtypes), found=str(input_types[0].dtype),
             )
         result = self.infer(attrs, *input_types)
-        return [result] if isinstance(result, TensorType) else list(result)
+        types = [result] if isinstance(result, TensorType) else list(result)
+        # Every size a node makes (folded at import, by the optimizer, or at run) passes here first.
+        for what, group in (("input", input_types), ("output", types)):
+            for i, t in enumerate(group):
+                check_bytes(t.nbytes, f"{what} {i} ({t})", node=node, op=self.name)
+        return types
 
     def run(self, attrs: dict[str, Any], arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         result = self.compute(attrs, *arrays)

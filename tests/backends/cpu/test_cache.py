@@ -200,3 +200,208 @@ def test_stale_signature_index_is_not_trusted(fresh_dir: Path) -> None:
     assert ex.cached  # found through the IR hash instead
     check(ex, graph, feeds)
     assert json.loads(json.dumps(store.get_index(sig)))["check"] == entry["check"]  # repaired
+
+
+# --- faults: each compile works (or goes on without the cache) with one warning, never a wrong result ---
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from glowpy.backends.cpu import cache
+
+    monkeypatch.setattr(cache, "_warned", set())
+
+
+def cache_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "glowpy.cache"]
+
+
+@pytest.fixture
+def readonly_dir(tmp_path: Path):
+    """A cache directory nobody can write: chmod for a normal user; root ignores modes, so for root a
+    tmpfs remounted read-only. Yields (directory, make_read_only)."""
+    import os
+
+    d = tmp_path / "ro-cache"
+    d.mkdir()
+    mounted = False
+    if os.geteuid() == 0:
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(d)], capture_output=True).returncode:
+            pytest.skip("running as root without mount: no way to make a directory read-only here")
+        mounted = True
+
+    def make_read_only() -> None:
+        if mounted:
+            subprocess.run(["mount", "-o", "remount,ro", str(d)], check=True)
+        else:
+            d.chmod(0o555)
+
+    try:
+        yield d, make_read_only
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(d)], check=False)
+        else:
+            d.chmod(0o755)
+
+
+def test_read_only_cache_dir(readonly_dir, monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    d, make_read_only = readonly_dir
+    monkeypatch.setenv("GLOWPY_CACHE_DIR", str(d))
+    g_old, feeds = small_graph()
+    CpuBackend().compile(g_old, threads=1)  # an entry made while it was writable
+    make_read_only()
+    with pytest.raises(OSError):
+        (d / "probe").write_bytes(b"x")
+    ex = CpuBackend().compile(g_old, threads=1)
+    assert ex.cached  # reading still works
+    check(ex, g_old, feeds)
+    g_new = small_graph()[0]
+    g_new.add_node("Relu", [g_new.outputs[0]], name="relu")
+    g_new.outputs = [g_new.nodes[-1].outputs[0]]
+    for _ in range(2):
+        ex = CpuBackend().compile(g_new, threads=1)
+        assert not ex.cached
+        check(ex, g_new, feeds)
+    (warning,) = cache_warnings(caplog)
+    assert f"compile cache {d}: cannot store compiled code (Read-only file system" in warning or \
+        "Permission denied" in warning
+
+
+FULL_DISK = textwrap.dedent("""
+    import resource, sys, logging
+    sys.path.insert(0, {root!r})
+    logging.basicConfig(format="%(levelname)s %(name)s %(message)s")
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))  # every file write past 64 bytes: EFBIG
+    from tests.backends.cpu.test_cache import small_graph
+    from glowpy.backends.cpu import CpuBackend
+    from glowpy.backends.interpreter import InterpreterBackend
+    graph, feeds = small_graph()
+    want = InterpreterBackend().compile(graph).run(feeds)[0]
+    for _ in range(2):
+        ex = CpuBackend().compile(graph, threads=1)
+        assert not ex.cached
+        got = ex.run(feeds)[0]
+        assert abs(got - want).max() <= 1e-5 * abs(want).max(), (got, want)
+    print("ok")
+""")
+
+
+def test_full_disk_rlimit_fsize(fresh_dir: Path) -> None:
+    """RLIMIT_FSIZE makes every write past the limit fail with EFBIG (Python ignores SIGXFSZ)."""
+    import os
+
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK.format(root=str(ROOT))], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "GLOWPY_CACHE_DIR": str(fresh_dir)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    warnings = [x for x in proc.stderr.splitlines() if "glowpy.cache" in x]
+    assert warnings == [f"WARNING glowpy.cache glowpy: compile cache {fresh_dir}: cannot store compiled code "
+                        "(File too large); compiling without the cache"], proc.stderr
+    assert not list(fresh_dir.glob("*.tmp")) and not list(fresh_dir.glob(".*.tmp"))  # partial files removed
+    assert not entries(fresh_dir)
+
+
+def test_full_disk_small_tmpfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    import os
+
+    d = tmp_path / "tiny"
+    d.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(d)],
+                                           capture_output=True).returncode:
+        pytest.skip("needs root with mount for a tmpfs (test_full_disk_rlimit_fsize covers the fault anyway)")
+    try:
+        with open(d / "filler", "wb", buffering=0) as f:  # fill the disk
+            try:
+                while True:
+                    f.write(b"\0" * 1024)
+            except OSError:
+                pass
+        monkeypatch.setenv("GLOWPY_CACHE_DIR", str(d))
+        graph, feeds = small_graph()
+        for _ in range(2):
+            ex = CpuBackend().compile(graph, threads=1)
+            assert not ex.cached
+            check(ex, graph, feeds)
+        (warning,) = cache_warnings(caplog)
+        assert "cannot store compiled code (No space left on device)" in warning
+        assert not [p for p in d.iterdir() if p.name.endswith(".tmp")]
+    finally:
+        subprocess.run(["umount", str(d)], check=False)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "header"])
+def test_corrupt_entry_warns_once(fresh_dir: Path, damage: str, caplog) -> None:
+    graph, feeds = small_graph()
+    CpuBackend().compile(graph, threads=1)
+    (path,) = entries(fresh_dir)
+    for idx in fresh_dir.glob("idx-*.o"):
+        idx.unlink()  # the corrupt object must be met through its IR key too
+    blob = path.read_bytes()
+    damaged = {"truncate": blob[: len(blob) - 100], "flip": blob[:-1] + bytes([blob[-1] ^ 1]),
+               "header": b"GLOWPY-OBJ-0" + blob[12:]}[damage]
+    path.write_bytes(damaged)
+    ex = CpuBackend().compile(graph, threads=1)
+    assert not ex.cached
+    check(ex, graph, feeds)
+    (warning,) = cache_warnings(caplog)
+    assert f"ignored {path.name}: truncated, damaged or not a glowpy entry (rebuilt)" in warning
+    assert CpuBackend().compile(graph, threads=1).cached
+    assert len(cache_warnings(caplog)) == 1
+
+
+@pytest.mark.parametrize("what", ["glowpy", "llvmlite", "llvm", "cpu", "features"])
+def test_entries_from_another_build_or_cpu_are_not_used(fresh_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       what: str, caplog) -> None:
+    """The key covers the glowpy, llvmlite and LLVM versions and the CPU name and features: an entry
+    written under any other value is never loaded."""
+    import dataclasses
+
+    import llvmlite
+
+    import glowpy
+    from glowpy.backends.cpu import target as target_mod
+
+    graph, feeds = small_graph()
+    backend = CpuBackend()
+    with monkeypatch.context() as m:
+        if what == "glowpy":
+            m.setattr(glowpy, "__version__", "0.0.0-other")
+        elif what == "llvmlite":
+            m.setattr(llvmlite, "__version__", "0.0.0-other")
+        elif what == "llvm":
+            m.setattr(target_mod.llvm, "llvm_version_info", (1, 2, 3))
+        elif what == "cpu":
+            m.setattr(backend, "target", dataclasses.replace(backend.target, cpu="some-other-cpu"))
+        else:
+            m.setattr(backend, "target", dataclasses.replace(backend.target, features="-avx512f,+sse2"))
+        backend.compile(graph, threads=1)
+    assert len(entries(fresh_dir)) == 1
+    ex = CpuBackend().compile(graph, threads=1)
+    assert not ex.cached
+    check(ex, graph, feeds)
+    assert len(entries(fresh_dir)) == 2 and not cache_warnings(caplog)
+
+
+def test_many_processes_compiling_at_once_agree(fresh_dir: Path) -> None:
+    """Six processes race to compile and store the same model: every result is right, one complete
+    entry remains, nothing is warned, no temporary is left."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from tests.backends.cpu.test_cache import small_graph
+        from glowpy.backends.cpu import CpuBackend
+        from glowpy.backends.interpreter import InterpreterBackend
+        graph, feeds = small_graph()
+        got = CpuBackend().compile(graph, threads=1).run(feeds)[0]
+        want = InterpreterBackend().compile(graph).run(feeds)[0]
+        print(float(abs(got - want).max()))
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(6)]
+    results = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0 and float(out) <= 1e-5, err
+        assert "glowpy.cache" not in err and "compile cache" not in err, err
+    (path,) = entries(fresh_dir)
+    assert ObjectCache(fresh_dir).get(path.stem) is not None
+    assert not [p for p in fresh_dir.iterdir() if p.name.endswith(".tmp")]
