@@ -111,7 +111,10 @@ def quantize_linear(ctx: NodeContext) -> list[Value]:
     out = np.dtype(np.uint8) if out is None else out
     _check_dtype(ctx, out, "y_zero_point", QUANT_TYPES)
     precision = ctx.attr("precision", 0)
-    prec = _quant_dtype(ctx, precision, "precision", SCALE_TYPES) if precision else None
+    prec = dtype_from_onnx(precision) if precision and is_supported_onnx_dtype(precision) else None
+    if precision and prec not in SCALE_TYPES:
+        raise ctx.unsupported("'precision' must name a float type glowpy has", expected="FLOAT or FLOAT16",
+                              found=_type_name(precision))
     attrs = {**_granularity_attrs(ctx, x, scale), "dtype": out, "precision": prec}
     return ctx.emit("QuantizeLinear", [x, scale, _zero_point(ctx, 2, scale.shape, out)], attrs)
 
