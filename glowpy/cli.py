@@ -364,9 +364,61 @@ def cmd_onnxifi(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- glowpy quantize --------------------------------------------------------------------------------
+
+
+def add_quantize(sub: argparse._SubParsersAction) -> None:
+    from glowpy.backends import BACKENDS
+
+    p = sub.add_parser("quantize", help="profile a float model on calibration data and write its int8 QDQ model",
+                       description=(
+                           "Run the float model on calibration inputs, record the range of every Conv / MatMul / "
+                           "Gemm input, and write a QDQ model: QuantizeLinear / DequantizeLinear around those "
+                           "inputs, per-channel symmetric int8 weights, per-tensor activations. onnxruntime runs it."))
+    p.add_argument("model", help="path of an .onnx file")
+    p.add_argument("--calibrate", "-c", required=True, metavar="DATA.npz",
+                   help="one array per model input: one batch of its shape, or a stack (samples, *shape)")
+    p.add_argument("--output", "-o", required=True, metavar="MODEL.int8.onnx", help="where to write the QDQ model")
+    p.add_argument("--method", choices=("minmax", "percentile"), default="minmax",
+                   help="how a range is taken from the profile (default: %(default)s)")
+    p.add_argument("--percentile", type=float, default=99.99,
+                   help="with --method percentile: keep this central share of each histogram (default: %(default)s)")
+    p.add_argument("--activations", choices=("uint8", "int8"), default="uint8",
+                   help="activation type (default: %(default)s)")
+    p.add_argument("--per-tensor-weights", action="store_true", help="one scale per weight instead of per channel")
+    p.add_argument("--backend", "-b", default="interpreter", choices=sorted(BACKENDS),
+                   help="the backend that runs the float model to profile it (default: %(default)s)")
+    p.set_defaults(func=cmd_quantize)
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    import onnx
+
+    from glowpy.quantize import quantize
+
+    model = quantize(args.model, args.calibrate, method=args.method, percentile=args.percentile,
+                     activations=args.activations, per_channel=not args.per_tensor_weights, backend=args.backend)
+    counts: dict[str, int] = {}
+    for n in model.graph.node:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    try:
+        onnx.save(model, args.output)
+    except OSError as e:
+        raise UsageError(f"cannot write '{args.output}': {e.strerror}") from None
+    print(f"model     {args.model}")
+    print(f"profile   {args.calibrate} ({args.method}" + (f" {args.percentile}" if args.method == "percentile" else "")
+          + f", {args.backend})")
+    print(f"quantized {counts.get('QuantizeLinear', 0)} activations ({args.activations}), "
+          f"{counts.get('DequantizeLinear', 0) - counts.get('QuantizeLinear', 0)} weights "
+          f"(int8, {'per tensor' if args.per_tensor_weights else 'per channel'})")
+    print(f"saved     {args.output}")
+    return EXIT_OK
+
+
 # --- entry -----------------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check, add_onnxifi]
+COMMANDS.append(add_quantize)
 
 
 def build_parser() -> argparse.ArgumentParser:
