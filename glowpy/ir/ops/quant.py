@@ -250,9 +250,7 @@ def _qlinear_conv_infer(attrs: dict, x, xs, xz, w, ws, wz, ys, yz, b) -> TensorT
     name = "QLinearConv"
     _int_operand(name, "x", x, xz)
     _int_operand(name, "w", w, wz)
-    if yz.dtype not in MATMUL_INT_TYPES:
-        raise UnsupportedDatatype("output zero point element type not supported", op=name,
-                                  expected=sorted(map(str, MATMUL_INT_TYPES)), found=str(yz.dtype))
+    _int_operand(name, "y_zero_point", yz, yz)
     for what, t in (("x_scale", xs), ("w_scale", ws), ("y_scale", ys)):
         if t.dtype != F32:
             raise UnsupportedDatatype(f"{what} must be float32", op=name, expected="float32", found=str(t.dtype))
@@ -295,9 +293,7 @@ def _qlinear_matmul_infer(attrs: dict, a, as_, az, b, bs, bz, ys, yz) -> TensorT
     name = "QLinearMatMul"
     _int_operand(name, "a", a, az)
     _int_operand(name, "b", b, bz)
-    if yz.dtype not in MATMUL_INT_TYPES:
-        raise UnsupportedDatatype("output zero point element type not supported", op=name,
-                                  expected=sorted(map(str, MATMUL_INT_TYPES)), found=str(yz.dtype))
+    _int_operand(name, "y_zero_point", yz, yz)
     if len({as_.dtype, bs.dtype, ys.dtype}) != 1 or as_.dtype not in SCALE_TYPES:
         raise UnsupportedDatatype("scales must share one float type", op=name, expected=sorted(map(str, SCALE_TYPES)),
                                   found=f"{as_.dtype}, {bs.dtype}, {ys.dtype}")
