@@ -29,7 +29,7 @@ from glowpy.importer.table import (
     onnx_op,
 )
 from glowpy.ir.graph import Value
-from glowpy.ir.ops.quant import DEQUANT_TYPES, F32, I32, MATMUL_INT_TYPES, QUANT_TYPES, SCALE_TYPES
+from glowpy.ir.ops.quant import DEQUANT_TYPES, F32, I32, MATMUL_INT_TYPES, QUANT_TYPES, SCALE_TYPES, is_scalar
 from glowpy.ir.types import dtype_from_onnx, is_supported_onnx_dtype
 
 _TP = onnx.TensorProto
@@ -81,7 +81,7 @@ def _zero_point(ctx: NodeContext, i: int, shape: tuple[int, ...], dtype: np.dtyp
 def _granularity_attrs(ctx: NodeContext, x: Value, scale: Value) -> dict:
     """axis and block_size as the IR op takes them (axis normalized where it matters)."""
     block = ctx.attr("block_size", 0)
-    per_tensor = scale.type.size == 1 and scale.type.rank <= 1
+    per_tensor = is_scalar(scale.type)
     axis = ctx.attr("axis", 1)
     if not per_tensor or block:
         axis = ctx.axis(axis, x.type.rank)

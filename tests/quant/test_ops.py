@@ -334,3 +334,10 @@ def test_cpu_backend_refuses_quantization_ops_cleanly():
     model, _ = node_model("QuantizeLinear", [randn(2, 3), Const(np.float32(0.1)), Const(np.uint8(3))], opset=13)
     with pytest.raises(UnsupportedOperator, match="QuantizeLinear"):
         glowpy.compile(model, backend="cpu")
+
+
+@pytest.mark.parametrize("op", ["QuantizeLinear", "DequantizeLinear"])
+def test_per_tensor_scale_of_shape_1_with_scalar_zero_point(op):
+    # onnxruntime's quantizer writes bias parameters this way
+    x = ties(3, 4, scale=0.5) if op == "QuantizeLinear" else qrand(I8, 3, 4)
+    check(INTERP, op, [x, Const(np.array([0.5], np.float32)), Const(np.int8(3))], opset=19)

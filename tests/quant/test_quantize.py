@@ -306,3 +306,34 @@ def test_cli_bad_model_path(tmp_path, capsys):
     np.savez(cal, **CALIBRATION)
     assert main(["quantize", str(tmp_path / "none.onnx"), "-c", str(cal), "-o", str(tmp_path / "o.onnx")]) == 2
     assert "none.onnx" in capsys.readouterr().err
+
+
+# --- QDQ models from onnxruntime's own quantizer -------------------------------------------------------
+
+
+@pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
+def test_glowpy_runs_onnxruntime_quantize_static_qdq(model, tmp_path, per_channel):
+    """onnxruntime.quantization.quantize_static (QDQ format, uint8 activations, int8 weights, int32
+    biases behind DequantizeLinear) writes the models the issue's acceptance uses; the interpreter runs
+    them as onnxruntime does, unoptimized and with its int8 kernels (same tolerance as above)."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter({"x": x} for x in CALIBRATION["x"][:8])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    src, dst = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
+    onnx.save(model, src)
+    quantization.quantize_static(str(src), str(dst), Reader(), quant_format=quantization.QuantFormat.QDQ,
+                                 per_channel=per_channel, activation_type=quantization.QuantType.QUInt8,
+                                 weight_type=quantization.QuantType.QInt8)
+    qdq = onnx.load(str(dst))
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in qdq.graph.node}
+    compiled = glowpy.compile(qdq, backend="interpreter")
+    for reference in (session(qdq, optimize=False), session(qdq)):
+        diffs = np.concatenate([np.abs(compiled.run({"x": x})["y"] - reference.run(None, {"x": x})[0]).ravel()
+                                for x in HELD_OUT])
+        assert np.mean(diffs <= 1e-5) >= 0.999 and diffs.max() <= 0.02, diffs.max()

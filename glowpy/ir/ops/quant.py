@@ -55,7 +55,7 @@ def granularity(x: tuple[int, ...], p: tuple[int, ...], axis: int, block_size: i
             raise MismatchingShape(f"blocked quantization parameter shape disagrees with the operand and block_size "
                                    f"{block_size} on axis {axis}", expected=list(want), found=list(p))
         return "block"
-    if math.prod(p) == 1 and len(p) <= 1:
+    if math.prod(p) == 1 and len(p) <= 1:  # as is_scalar, on a bare shape
         return "tensor"
     if len(p) == 1 and len(x) > axis and p[0] == x[axis]:
         return "axis"
@@ -74,16 +74,27 @@ def expand_param(p: np.ndarray, shape: tuple[int, ...], axis: int, block_size: i
     return np.repeat(p, block_size, axis=axis).take(range(shape[axis]), axis=axis)
 
 
+def is_scalar(t: TensorType) -> bool:
+    """One element, rank 0 or 1: a per-tensor quantization parameter."""
+    return t.size == 1 and t.rank <= 1
+
+
+def _paired(name: str, scale_name: str, scale: TensorType, zp_name: str, zp: TensorType) -> None:
+    """A scale and its zero point have one shape; [1] against [] is still per tensor (onnxruntime's
+    quantizer writes bias parameters so, and onnx.reference and onnxruntime accept it)."""
+    if scale.shape != zp.shape and not (is_scalar(scale) and is_scalar(zp)):
+        raise MismatchingShape(f"{scale_name} and {zp_name} differ in shape", op=name, expected=list(scale.shape),
+                               found=list(zp.shape))
+
+
 def _check_params(name: str, x: TensorType, scale: TensorType, zp: TensorType, attrs: dict) -> None:
     if scale.dtype not in SCALE_TYPES:
         raise UnsupportedDatatype("scale element type not supported", op=name,
                                   expected=sorted(map(str, SCALE_TYPES)), found=str(scale.dtype))
-    if scale.shape != zp.shape:
-        raise MismatchingShape("scale and zero point differ in shape", op=name, expected=list(scale.shape),
-                               found=list(zp.shape))
+    _paired(name, "scale", scale, "zero point", zp)
+    per_tensor = is_scalar(scale)
     if attrs["block_size"] < 0:
         raise UnsupportedAttribute("'block_size' must not be negative", op=name, found=attrs["block_size"])
-    per_tensor = scale.size == 1 and scale.rank <= 1
     if (not per_tensor or attrs["block_size"]) and not 0 <= attrs["axis"] < x.rank:
         raise UnsupportedAttribute("axis out of range", op=name, expected=f"0..{x.rank - 1}", found=attrs["axis"])
     granularity(x.shape, scale.shape, attrs["axis"], attrs["block_size"])
@@ -164,14 +175,14 @@ def _int_operand(name: str, what: str, t: TensorType, zp: TensorType) -> None:
 
 
 def _scalar(name: str, what: str, t: TensorType) -> None:
-    if t.size != 1 or t.rank > 1:
+    if not is_scalar(t):
         raise MismatchingShape(f"{what} must be per tensor (one element)", op=name, expected="[] or [1]",
                                found=list(t.shape))
 
 
 def _channel_param(name: str, what: str, t: TensorType, channels: int) -> None:
     """Per tensor or per output channel (Conv weights)."""
-    if not (t.size == 1 and t.rank <= 1) and t.shape != (channels,):
+    if not is_scalar(t) and t.shape != (channels,):
         raise MismatchingShape(f"{what} must be per tensor or per output channel", op=name,
                                expected=f"[] or [{channels}]", found=list(t.shape))
 
@@ -179,7 +190,7 @@ def _channel_param(name: str, what: str, t: TensorType, channels: int) -> None:
 def _row_col_param(name: str, what: str, t: TensorType, operand: TensorType, row: bool) -> None:
     """A zero point or scale of a matrix product operand: per tensor, per row of A ((..., M, 1)) or per
     column of B ((..., 1, N) or (N,)), broadcasting against the operand."""
-    if t.size == 1 and t.rank <= 1:
+    if is_scalar(t):
         return
     fixed = -1 if row else -2  # the dim a per-row (per-column) parameter must not vary along
     ok = operand.rank >= 2 and t.rank <= operand.rank and (t.rank < -fixed or t.shape[fixed] == 1)
@@ -298,9 +309,7 @@ def _qlinear_matmul_infer(attrs: dict, a, as_, az, b, bs, bz, ys, yz) -> TensorT
         raise UnsupportedDatatype("scales must share one float type", op=name, expected=sorted(map(str, SCALE_TYPES)),
                                   found=f"{as_.dtype}, {bs.dtype}, {ys.dtype}")
     for what, s, z in (("a", as_, az), ("b", bs, bz), ("y", ys, yz)):
-        if s.shape != z.shape:
-            raise MismatchingShape(f"{what}_scale and {what}_zero_point differ in shape", op=name,
-                                   expected=list(s.shape), found=list(z.shape))
+        _paired(name, f"{what}_scale", s, f"{what}_zero_point", z)
     _row_col_param(name, "a_scale", as_, a, row=True)
     _row_col_param(name, "b_scale", bs, b, row=False)
     _scalar(name, "y_scale", ys)
