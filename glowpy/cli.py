@@ -376,9 +376,12 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
                            "Gemm input, and write a QDQ model: QuantizeLinear / DequantizeLinear around those "
                            "inputs, per-channel symmetric int8 weights, per-tensor activations. onnxruntime runs it."))
     p.add_argument("model", help="path of an .onnx file")
-    p.add_argument("--calibrate", "-c", required=True, metavar="DATA.npz",
-                   help="one array per model input: one batch of its shape, or a stack (samples, *shape)")
-    p.add_argument("--output", "-o", required=True, metavar="MODEL.int8.onnx", help="where to write the QDQ model")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--calibrate", "-c", metavar="DATA.npz",
+                        help="one array per model input: one batch of its shape, or a stack (samples, *shape)")
+    source.add_argument("--load-profile", metavar="PROFILE.json", help="ranges saved by --dump-profile instead")
+    p.add_argument("--output", "-o", metavar="MODEL.int8.onnx", help="where to write the QDQ model")
+    p.add_argument("--dump-profile", metavar="PROFILE.json", help="save the profiled ranges (JSON)")
     p.add_argument("--method", choices=("minmax", "percentile"), default="minmax",
                    help="how a range is taken from the profile (default: %(default)s)")
     p.add_argument("--percentile", type=float, default=99.99,
@@ -394,10 +397,29 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
 def cmd_quantize(args: argparse.Namespace) -> int:
     import onnx
 
-    from glowpy.quantize import quantize
+    from glowpy.quantize import load_profile, profile, quantize, save_profile
 
-    model = quantize(args.model, args.calibrate, method=args.method, percentile=args.percentile,
-                     activations=args.activations, per_channel=not args.per_tensor_weights, backend=args.backend)
+    if not args.output and not args.dump_profile:
+        raise UsageError("nothing to write: give --output, --dump-profile or both")
+    if args.load_profile and args.dump_profile:
+        raise UsageError("--dump-profile needs --calibrate (a loaded profile is already on disk)")
+    if args.load_profile:
+        ranges = load_profile(args.load_profile)
+        origin = f"{args.load_profile} (loaded)"
+    else:
+        ranges = profile(args.model, args.calibrate, method=args.method, percentile=args.percentile,
+                         backend=args.backend)
+        origin = f"{args.calibrate} ({args.method}" + (f" {args.percentile}" if args.method == "percentile" else "") \
+            + f", {args.backend})"
+    print(f"model     {args.model}")
+    print(f"profile   {origin}: {len(ranges)} tensors")
+    if args.dump_profile:
+        save_profile(ranges, args.dump_profile)
+        print(f"saved     {args.dump_profile}")
+    if not args.output:
+        return EXIT_OK
+    model = quantize(args.model, ranges=ranges, activations=args.activations,
+                     per_channel=not args.per_tensor_weights)
     counts: dict[str, int] = {}
     for n in model.graph.node:
         counts[n.op_type] = counts.get(n.op_type, 0) + 1
@@ -405,9 +427,6 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         onnx.save(model, args.output)
     except OSError as e:
         raise UsageError(f"cannot write '{args.output}': {e.strerror}") from None
-    print(f"model     {args.model}")
-    print(f"profile   {args.calibrate} ({args.method}" + (f" {args.percentile}" if args.method == "percentile" else "")
-          + f", {args.backend})")
     print(f"quantized {counts.get('QuantizeLinear', 0)} activations ({args.activations}), "
           f"{counts.get('DequantizeLinear', 0) - counts.get('QuantizeLinear', 0)} weights "
           f"(int8, {'per tensor' if args.per_tensor_weights else 'per channel'})")

@@ -2,6 +2,7 @@
 
     ranges = profile(model, calibration)            # run the float model, record per-tensor ranges
     qdq = quantize(model, calibration)              # ... and write a QDQ model (an onnx.ModelProto)
+    save_profile(ranges, "p.json"); quantize(model, ranges=load_profile("p.json"))   # in two steps
 
 `profile` runs the float model on glowpy (the interpreter by default: the graph as imported, nothing
 fused away) with the activations to quantize exposed as extra graph outputs, and records each one's
@@ -21,6 +22,7 @@ the input's shape, or a stack of S batches, shape (S, *input_shape).
 
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 from collections.abc import Mapping
@@ -246,6 +248,42 @@ def _percentile_range(full: Range, hist: np.ndarray, percentile: float) -> Range
     return Range(float(edges[min(lo_bin, len(hist) - 1)]), float(edges[min(hi_bin + 1, len(hist))]))
 
 
+# --- profiles on disk (Glow's -dump-profile / -load-profile) -----------------------------------------
+
+PROFILE_FORMAT = "glowpy-profile-1"
+
+
+def save_profile(ranges: Mapping[str, Range], path: str | os.PathLike) -> None:
+    """Write profiled ranges as JSON: {"format": ..., "tensors": {name: {"min": .., "max": ..}}}."""
+    doc = {"format": PROFILE_FORMAT, "tensors": {n: {"min": r.min, "max": r.max} for n, r in ranges.items()}}
+    try:
+        Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    except OSError as e:
+        raise InvalidName(f"cannot write profile '{path}': {e.strerror}") from None
+
+
+def load_profile(path: str | os.PathLike) -> dict[str, Range]:
+    """Ranges written by `save_profile`; one line naming what is wrong with the file otherwise."""
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidModel(f"profile '{p}' does not exist")
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidModel(f"profile '{p}' is not JSON ({e})", expected=f"a {PROFILE_FORMAT} file") from None
+    if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT or not isinstance(doc.get("tensors"), dict):
+        raise InvalidModel(f"profile '{p}' is not a glowpy profile", expected=f"format {PROFILE_FORMAT!r}",
+                           found=doc.get("format") if isinstance(doc, dict) else type(doc).__name__)
+    ranges = {}
+    for name, r in doc["tensors"].items():
+        ok = isinstance(r, dict) and all(isinstance(r.get(k), (int, float)) for k in ("min", "max"))
+        if not ok or not r["min"] <= r["max"]:
+            raise InvalidModel(f"profile '{p}': tensor '{name}' has no valid range", expected="{min <= max}",
+                               found=r)
+        ranges[name] = Range(float(r["min"]), float(r["max"]))
+    return ranges
+
+
 # --- quantization parameters -----------------------------------------------------------------------
 
 
@@ -386,4 +424,5 @@ def quantize(model: Any, calibration: Calibration | None = None, *, ranges: Mapp
     return out
 
 
-__all__ = ["METHODS", "Range", "activation_params", "calibration_batches", "profile", "quantize", "weight_params"]
+__all__ = ["METHODS", "Range", "activation_params", "calibration_batches", "load_profile", "profile", "quantize",
+           "save_profile", "weight_params"]

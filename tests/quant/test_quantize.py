@@ -15,7 +15,7 @@ import glowpy
 import glowpy.importer.quant  # noqa: F401  (the quantization rows of the op table)
 from glowpy.cli import main
 from glowpy.errors import InvalidModel, InvalidName, MismatchingDatatype, MismatchingShape, UnidentifiedName
-from glowpy.quantize import Range, activation_params, profile, quantize
+from glowpy.quantize import Range, activation_params, load_profile, profile, quantize
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -337,3 +337,37 @@ def test_glowpy_runs_onnxruntime_quantize_static_qdq(model, tmp_path, per_channe
         diffs = np.concatenate([np.abs(compiled.run({"x": x})["y"] - reference.run(None, {"x": x})[0]).ravel()
                                 for x in HELD_OUT])
         assert np.mean(diffs <= 1e-5) >= 0.999 and diffs.max() <= 0.02, diffs.max()
+
+
+# --- profiles on disk ----------------------------------------------------------------------------------
+
+
+def test_dump_and_load_profile(files, capsys):
+    """Glow's two steps: --dump-profile, then --load-profile gives the same model as one step."""
+    path, cal, tmp = files
+    prof, one, two = tmp / "profile.json", tmp / "one.onnx", tmp / "two.onnx"
+    assert main(["quantize", str(path), "-c", str(cal), "--dump-profile", str(prof)]) == 0
+    assert main(["quantize", str(path), "--load-profile", str(prof), "-o", str(two)]) == 0
+    assert main(["quantize", str(path), "-c", str(cal), "-o", str(one)]) == 0
+    assert load_profile(prof) == profile(str(path), str(cal))
+    assert onnx.load(str(one)).graph == onnx.load(str(two)).graph
+
+
+@pytest.mark.parametrize("content,words", [
+    ("{not json", ["not JSON"]),
+    ('{"format": "other", "tensors": {}}', ["not a glowpy profile"]),
+    ('{"format": "glowpy-profile-1", "tensors": {"x": {"min": 2, "max": 1}}}', ["'x'", "no valid range"]),
+])
+def test_bad_profile(files, content, words, capsys):
+    path, _, tmp = files
+    prof = tmp / "bad.json"
+    prof.write_text(content)
+    assert main(["quantize", str(path), "--load-profile", str(prof), "-o", str(tmp / "o.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and all(w in err for w in words), err
+
+
+def test_profile_missing_a_tensor(files, tmp_path):
+    path, _, _ = files
+    with pytest.raises(UnidentifiedName, match="r1"):
+        quantize(str(path), ranges={"x": Range(-1.0, 1.0)})
