@@ -35,6 +35,7 @@ import onnx
 from onnx import ModelProto, helper, numpy_helper
 
 from glowpy.errors import (
+    InternalError,
     InvalidModel,
     InvalidName,
     InvalidShape,
@@ -343,11 +344,14 @@ def _opset13(model: ModelProto) -> ModelProto:
     from onnx import version_converter
 
     try:
-        return version_converter.convert_version(model, QDQ_OPSET)
+        converted = version_converter.convert_version(model, QDQ_OPSET)
     except Exception as e:  # noqa: BLE001  (onnx raises several types; any means "cannot upgrade")
         raise UnsupportedVersion(f"the model's opset {version} cannot be converted to opset {QDQ_OPSET}, which "
                                  f"per-channel DequantizeLinear needs: {e}", expected=f">= {QDQ_OPSET}",
                                  found=version) from None
+    # opset 13 belongs to IR version 7, which no longer lists initializers among the graph inputs
+    converted.ir_version = max(converted.ir_version, 7)
+    return converted
 
 
 def quantize(model: Any, calibration: Calibration | None = None, *, ranges: Mapping[str, Range] | None = None,
@@ -417,10 +421,16 @@ def quantize(model: Any, calibration: Calibration | None = None, *, ranges: Mapp
     kept = [t for t in g.initializer if t.name in used]
     del g.initializer[:]
     g.initializer.extend(kept + new_inits)
-    graph_inputs = [i for i in g.input if i.name not in inits or i.name in used]
+    # Initializers listed among the inputs stay there while used, unless only IR version 3's rule put
+    # them there (the model was upgraded): onnxruntime does not treat a listed initializer as a constant.
+    legacy = proto.ir_version < 4
+    graph_inputs = [i for i in g.input if i.name not in inits or (i.name in used and not legacy)]
     del g.input[:]
     g.input.extend(graph_inputs)
-    onnx.checker.check_model(out)
+    try:
+        onnx.checker.check_model(out)
+    except onnx.checker.ValidationError as e:
+        raise InternalError(f"the QDQ model glowpy wrote is not valid ONNX: {e}") from None
     return out
 
 

@@ -220,10 +220,21 @@ def test_int8_activations(model):
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 0.05
 
 
-def test_old_opset_is_upgraded_for_per_axis(tmp_path):
-    qdq = quantize(conv_net(opset=11), CALIBRATION)
-    assert qdq.opset_import[0].version == 13
-    session(qdq).run(None, {"x": HELD_OUT[0]})
+@pytest.mark.parametrize("ir3", [False, True], ids=["opset11", "opset9-ir3"])
+def test_old_opset_is_upgraded_for_per_axis(model, ir3):
+    """Per-axis DequantizeLinear needs opset 13: older models are converted. An IR version 3 model lists
+    its initializers among the graph inputs; the upgraded model does not (onnxruntime would not treat
+    them as constants, so it could not fuse the Q/DQ pairs into int8 kernels)."""
+    old = conv_net(opset=9 if ir3 else 11)
+    if ir3:
+        old.ir_version = 3
+        old.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                               for t in old.graph.initializer)
+    qdq = quantize(old, CALIBRATION)
+    assert qdq.opset_import[0].version == 13 and qdq.ir_version >= 7
+    assert [i.name for i in qdq.graph.input] == ["x"]
+    x = HELD_OUT[0]
+    assert relative_error(session(model), session(qdq), x) < BOUND
 
 
 # --- the command line --------------------------------------------------------------------------------
