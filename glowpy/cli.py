@@ -382,7 +382,7 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--load-profile", metavar="PROFILE.json", help="ranges saved by --dump-profile instead")
     p.add_argument("--output", "-o", metavar="MODEL.int8.onnx", help="where to write the QDQ model")
     p.add_argument("--dump-profile", metavar="PROFILE.json", help="save the profiled ranges (JSON)")
-    p.add_argument("--method", choices=("minmax", "percentile"), default="minmax",
+    p.add_argument("--method", choices=("minmax", "percentile", "entropy"), default="minmax",
                    help="how a range is taken from the profile (default: %(default)s)")
     p.add_argument("--percentile", type=float, default=99.99,
                    help="with --method percentile: keep this central share of each histogram (default: %(default)s)")

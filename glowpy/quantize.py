@@ -6,8 +6,9 @@
 
 `profile` runs the float model on glowpy (the interpreter by default: the graph as imported, nothing
 fused away) with the activations to quantize exposed as extra graph outputs, and records each one's
-range over the calibration set: min / max, or the `percentile` of its histogram (two passes: min / max,
-then a histogram over that range).
+range over the calibration set: min / max, the `percentile` of its histogram, or the entropy
+threshold (least KL divergence between the observed and the quantized distribution); the last two
+take a second pass, a histogram over the range the first found.
 
 `quantize` rewrites the ONNX model in QDQ form, the format onnxruntime's `quantize_static` writes and
 runs: every float input of a Conv, MatMul or Gemm goes through QuantizeLinear -> DequantizeLinear with
@@ -49,7 +50,7 @@ from glowpy.importer import read_model
 from glowpy.importer.onnx_import import declared_type
 from glowpy.ir.ops import get_op
 
-METHODS = ("minmax", "percentile")
+METHODS = ("minmax", "percentile", "entropy")
 ACTIVATION_TYPES = {"uint8": np.dtype(np.uint8), "int8": np.dtype(np.int8)}
 TARGET_OPS = ("Conv", "MatMul", "Gemm")
 QDQ_OPSET = 13  # per-axis DequantizeLinear
@@ -199,8 +200,8 @@ def _with_outputs(model: ModelProto, names: list[str]) -> ModelProto:
 def profile(model: Any, calibration: Calibration, *, method: str = "minmax", percentile: float = 99.99,
             backend: str = "interpreter", tensors: list[str] | None = None) -> dict[str, Range]:
     """Run the float model on every calibration batch; the range of each tensor in `tensors` (default:
-    the activations `quantize` puts behind Q/DQ). `method` is 'minmax' or 'percentile' (the
-    `percentile` and 100 - `percentile` points of each tensor's histogram)."""
+    the activations `quantize` puts behind Q/DQ). `method` is 'minmax', 'percentile' (the
+    `percentile` and 100 - `percentile` points of each tensor's histogram) or 'entropy'."""
     from glowpy.pipeline import compile_model
 
     if method not in METHODS:
@@ -226,14 +227,19 @@ def profile(model: Any, calibration: Calibration, *, method: str = "minmax", per
             if v.size:
                 lo[n], hi[n] = min(lo[n], float(v.min())), max(hi[n], float(v.max()))
     ranges = {n: Range(lo[n], hi[n]) for n in names}
+    if method == "minmax":
+        return ranges
+    # Second pass: a histogram per tensor, over its range (percentile) or over |x| (entropy).
+    spans = {n: (r.min, r.max) if method == "percentile" else (0.0, max(abs(r.min), abs(r.max)))
+             for n, r in ranges.items()}
+    hist = {n: np.zeros(HISTOGRAM_BINS, np.int64) for n in names}
+    for values in observed():
+        for n, v in values.items():
+            if spans[n][1] > spans[n][0]:
+                hist[n] += np.histogram(v if method == "percentile" else np.abs(v), HISTOGRAM_BINS, spans[n])[0]
     if method == "percentile":
-        hist = {n: np.zeros(HISTOGRAM_BINS, np.int64) for n in names}
-        for values in observed():
-            for n, v in values.items():
-                if ranges[n].max > ranges[n].min:
-                    hist[n] += np.histogram(v, HISTOGRAM_BINS, (ranges[n].min, ranges[n].max))[0]
-        ranges = {n: _percentile_range(ranges[n], hist[n], percentile) for n in names}
-    return ranges
+        return {n: _percentile_range(ranges[n], hist[n], percentile) for n in names}
+    return {n: _entropy_range(ranges[n], hist[n]) for n in names}
 
 
 def _percentile_range(full: Range, hist: np.ndarray, percentile: float) -> Range:
@@ -247,6 +253,39 @@ def _percentile_range(full: Range, hist: np.ndarray, percentile: float) -> Range
     lo_bin = int(np.searchsorted(cdf, tail, side="right"))
     hi_bin = int(np.searchsorted(cdf, 1.0 - tail, side="left"))
     return Range(float(edges[min(lo_bin, len(hist) - 1)]), float(edges[min(hi_bin + 1, len(hist))]))
+
+
+def _entropy_range(full: Range, hist: np.ndarray) -> Range:
+    """The range clipped at the threshold t on |x| whose quantized distribution is closest to the
+    observed one (least KL divergence, TensorRT's calibration): values beyond t fold into the last
+    bin, the bins below t merge into as many levels as the range gets (256 one-sided, 128 a side
+    otherwise). `hist` is over [0, max|x|]."""
+    amax = max(abs(full.min), abs(full.max))
+    levels = 256 if full.min >= 0 else 128
+    hist = hist.copy()
+    # The first bin holds the exact zeros of ReLU outputs and padding: exact at any threshold, and a spike
+    # that would otherwise decide the divergence alone (clipping a ReLU output to a fraction of its range).
+    hist[0] = 0
+    total = hist.sum()
+    if total == 0 or amax == 0 or len(hist) <= levels:
+        return full
+    best, best_i = np.inf, len(hist)
+    for i in range(levels, len(hist) + 1):
+        p = hist[:i].astype(np.float64)
+        p[-1] += hist[i:].sum()
+        # the first i bins merged into `levels` groups, each group's mass spread over its nonzero bins
+        groups = np.minimum(np.arange(i) * levels // i, levels - 1)
+        nonzero = hist[:i] > 0
+        mass = np.bincount(groups, weights=hist[:i], minlength=levels)
+        count = np.bincount(groups, weights=nonzero, minlength=levels)
+        q = np.where(nonzero, mass[groups] / np.maximum(count[groups], 1), 0.0)
+        keep = p > 0
+        qk = np.maximum(q[keep], 1e-12)
+        kl = float(np.sum(p[keep] / p.sum() * np.log((p[keep] / p.sum()) / (qk / q.sum()))))
+        if kl < best:
+            best, best_i = kl, i
+    t = amax * best_i / len(hist)
+    return Range(max(full.min, -t), min(full.max, t))
 
 
 # --- profiles on disk (Glow's -dump-profile / -load-profile) -----------------------------------------
