@@ -193,6 +193,16 @@ def test_profile_records_the_activation_ranges(model):
         assert r.min == pytest.approx(values.min(), abs=1e-5) and r.max == pytest.approx(values.max(), abs=1e-5), n
 
 
+def test_profile_on_the_cpu_backend(model):
+    """The cpu backend profiles the optimized graph: the tensors exposed as outputs keep their values."""
+    want = profile(model, CALIBRATION)
+    got = profile(model, CALIBRATION, backend="cpu")
+    assert set(got) == set(want)
+    for n in want:
+        assert got[n].min == pytest.approx(want[n].min, abs=1e-4) and got[n].max == pytest.approx(want[n].max,
+                                                                                                  rel=1e-4), n
+
+
 def test_percentile_clips_the_tails(model):
     full = profile(model, CALIBRATION)
     clipped = profile(model, CALIBRATION, method="percentile", percentile=99.0)
