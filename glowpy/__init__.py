@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 # Public names and the module each lives in. They are imported on first use (PEP 562), so
-# `import glowpy` costs milliseconds and pulls in neither onnx, llvmlite nor networkx.
+# `import glowpy` costs milliseconds and pulls in neither onnx, numpy nor llvmlite.
 _LAZY = {
     "CompatReport": "glowpy.importer.compat",
     "check": "glowpy.importer.compat",

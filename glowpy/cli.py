@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,14 +63,54 @@ def load_array(path: str) -> np.ndarray:
     raise UsageError(f"input file '{path}': expected .npy or .pb")
 
 
-def deterministic_input(dtype: np.dtype, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    """The input `glowpy run` uses when none is given: seeded, the same on every machine."""
-    rng = np.random.default_rng(seed)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(dtype)
-    return rng.integers(0, 10, shape).astype(dtype)
+def _positive_int(text: str, flag: str) -> int:
+    try:
+        n = int(text)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        raise UsageError(f"{flag} {text}: expected a positive integer")
+    return n
+
+
+def add_model_arg(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    """The MODEL argument every subcommand takes (read it with `_model_arg`)."""
+    text = "path of an .onnx file, or the name of one of onnx's light models (e.g. resnet50)"
+    if optional:
+        p.add_argument("model", nargs="?", help=text + "; default: the light ResNet-50")
+    else:
+        p.add_argument("model", help=text)
+
+
+def _model_arg(text: str) -> str:
+    """MODEL as a path: a file, a path the importer will report as missing (it has a directory or
+    a suffix), or a light model's name."""
+    from glowpy.models import LIGHT_MODELS, light_model_path
+
+    p = Path(text)
+    if p.exists():
+        return text
+    if text in LIGHT_MODELS:
+        return str(light_model_path(text))
+    if p.suffix or p.parent != Path("."):
+        return text
+    raise UsageError(f"model '{text}' is neither a file nor a light model ({', '.join(LIGHT_MODELS)})")
+
+
+def _backend_options(name: str) -> tuple[str, ...]:
+    from glowpy.backends import get_backend
+
+    return get_backend(name).options
+
+
+def _threads_option(args: argparse.Namespace) -> dict[str, int]:
+    """--threads N as the backend's compile option ({} when not given)."""
+    if args.threads is None:
+        return {}
+    threads = _positive_int(args.threads, "--threads")
+    if "threads" not in _backend_options(args.backend):
+        raise UsageError(f"--threads: the {args.backend} backend has no thread count")
+    return {"threads": threads}
 
 
 def _fmt_ms(seconds: float) -> str:
@@ -101,7 +140,7 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="compile a model and run it", description=(
         "Compile an ONNX model and run it. Without MODEL, runs the ResNet-50 that the installed onnx package "
         "ships, on a deterministic input."))
-    p.add_argument("model", nargs="?", help="path of an .onnx file (default: onnx's light ResNet-50)")
+    add_model_arg(p, optional=True)
     p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE",
                    help="feed input NAME from FILE (.npy or TensorProto .pb); repeatable")
     p.add_argument("--shape", "-s", action="append", default=[], metavar="NAME=DIMS",
@@ -110,6 +149,8 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", "-n", type=int, default=10, help="timed runs after one warm-up (default: 10)")
     p.add_argument("--output", "-o", metavar="FILE.npz", help="save the outputs to an .npz file")
     p.add_argument("--no-opt", action="store_true", help="compile the graph as imported (skip the optimizer)")
+    p.add_argument("--threads", "-t", metavar="N", help="cpu backend threads (default: $GLOWPY_NUM_THREADS, "
+                   "else all cores)")
     p.set_defaults(func=cmd_run)
 
 
@@ -124,13 +165,15 @@ def _shape_bindings(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import glowpy
+    from glowpy.bench import deterministic_input, latency_stats, time_runs
     from glowpy.models import default_model_path
 
     if args.iterations < 1:
         raise UsageError("--iterations must be at least 1")
-    model_path = args.model or str(default_model_path())
+    model_path = _model_arg(args.model) if args.model else str(default_model_path())
     shapes = _shape_bindings(args.shape)
-    compiled = glowpy.compile(model_path, backend=args.backend, shapes=shapes or None, optimize=not args.no_opt)
+    compiled = glowpy.compile(model_path, backend=args.backend, shapes=shapes or None, optimize=not args.no_opt,
+                              **_threads_option(args))
     src = compiled.imported
     print(f"model     {model_path}" + ("  (default: onnx's light ResNet-50)" if not args.model else ""))
     for name, t in compiled.input_types.items():
@@ -153,19 +196,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             feeds[name] = deterministic_input(t.dtype, t.shape)
 
     outputs = compiled.run(feeds)  # warm-up, and the outputs we report
-    times = []
-    for _ in range(args.iterations):
-        t = time.perf_counter()
-        compiled.run(feeds)
-        times.append(time.perf_counter() - t)
+    times = time_runs(lambda: compiled.run(feeds), args.iterations)
     for name, arr in outputs.items():
         print(f"result    {name}: shape {list(arr.shape)} {arr.dtype}")
         flat = arr.reshape(arr.shape[0], -1) if arr.ndim >= 2 else arr.reshape(1, -1)
         if arr.dtype.kind == "f" and flat.shape[1] >= 5 and flat.shape[1] == arr.size // arr.shape[0]:
             top = np.argsort(-flat[0], kind="stable")[:5]
             print("top-5     " + "  ".join(f"{int(i)}:{flat[0, i]:.4f}" for i in top))
-    p50, p90 = np.percentile(times, 50), np.percentile(times, 90)
-    print(f"latency   p50 {_fmt_ms(p50)}  p90 {_fmt_ms(p90)}  over {args.iterations} runs")
+    lat = latency_stats(times)
+    print(f"latency   p50 {_fmt_ms(lat['p50'])}  p90 {_fmt_ms(lat['p90'])}  over {args.iterations} runs")
     if args.output:
         np.savez(args.output, **outputs)
         print(f"saved     {args.output}")
@@ -184,12 +223,16 @@ def add_dump(sub: argparse._SubParsersAction) -> None:
                        "text or Graphviz DOT, or (--stats) node counts by op before and after and what each "
                        "pass changed.",
                        epilog="stages and passes, in pipeline order: " + ", ".join(pass_names()))
-    p.add_argument("model", help="path of an .onnx file, or the name of one of onnx's light models (e.g. resnet50)")
+    add_model_arg(p)
     p.add_argument("--after", default="all", metavar="PASS",
                    help="a stage or pass name (stop after its first run), 'all' (default) or 'none' (as imported)")
-    p.add_argument("--format", "-f", choices=("text", "dot", "llvm", "asm"), default="text",
-                   help="IR as SSA text or DOT; or the backend's generated LLVM IR / assembly for the optimized "
-                        "graph (cpu backend). Default: %(default)s")
+    p.add_argument("--format", "-f", choices=("text", "dot", "svg", "png", "llvm", "asm"), default="text",
+                   help="IR as SSA text or DOT, or rendered by Graphviz (svg, png: needs its `dot` program); or the "
+                        "backend's generated LLVM IR / assembly for the optimized graph (cpu backend). "
+                        "Default: %(default)s")
+    p.add_argument("--output", "-o", metavar="FILE",
+                   help="write here instead of stdout (svg, png: default MODEL.svg / MODEL.png in the current "
+                        "directory, MODEL's name without its suffix)")
     p.add_argument("--stats", action="store_true", help="print op counts before/after and per-pass changes instead")
     p.add_argument("--verify", action="store_true", help="verify the graph after every pass")
     p.add_argument("--backend", "-b", default=DEFAULT_BACKEND, choices=sorted(BACKENDS),
@@ -197,16 +240,6 @@ def add_dump(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shape", "-s", action="append", default=[], metavar="NAME=DIMS",
                    help="bind the shape of input NAME, or a symbolic dim (batch=4)")
     p.set_defaults(func=cmd_dump)
-
-
-def _model_arg(text: str) -> str:
-    from glowpy.models import LIGHT_MODELS, light_model_path
-
-    if Path(text).is_file():
-        return text
-    if text in LIGHT_MODELS:
-        return str(light_model_path(text))
-    raise UsageError(f"model '{text}' is neither a file nor a light model ({', '.join(LIGHT_MODELS)})")
 
 
 def format_stats(stats: OptimizeStats) -> str:
@@ -237,6 +270,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     from glowpy.optimizer import OptimizeStats, pass_names
     from glowpy.pipeline import optimized_graph
 
+    dot_exe = graphviz_dot() if args.format in ("svg", "png") and not args.stats else None
     names = pass_names()
     if args.after not in ("all", "none", *names):
         raise UsageError(f"--after {args.after}: unknown pass; choose all, none, or one of {', '.join(names)}")
@@ -247,18 +281,51 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if args.after == "none":
         stats.before = stats.after = graph.count_ops()
     if args.stats:
-        print(format_stats(stats))
+        _emit(format_stats(stats) + "\n", args.output)
     elif args.format in ("llvm", "asm"):
         backend = glowpy.backends.get_backend(args.backend)
         emit = getattr(backend, "emit_llvm" if args.format == "llvm" else "emit_assembly", None)
         if emit is None:
             raise UsageError(f"--format {args.format}: the {args.backend} backend generates no code")
-        print(emit(graph), end="")
-    elif args.format == "dot":
-        print(to_dot(graph), end="")
+        _emit(emit(graph), args.output)
+    elif dot_exe is not None:
+        out = Path(args.output or f"{Path(args.model).stem}.{args.format}")
+        render_graphviz(dot_exe, to_dot(graph), args.format, out)
+        print(out)
     else:
-        print(graph)
+        _emit(to_dot(graph) if args.format == "dot" else f"{graph}\n", args.output)
     return EXIT_OK
+
+
+def _emit(text: str, path: str | None) -> None:
+    """Text to stdout, or to the file --output names."""
+    if path is None:
+        print(text, end="")
+        return
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise UsageError(f"cannot write '{path}': {e.strerror}") from None
+
+
+def graphviz_dot() -> str:
+    """The path of Graphviz's `dot` program."""
+    import shutil
+
+    exe = shutil.which("dot")
+    if exe is None:
+        raise UsageError("Graphviz 'dot' is not installed: apt-get install graphviz, or use -f dot")
+    return exe
+
+
+def render_graphviz(exe: str, dot: str, fmt: str, out: Path) -> None:
+    """Render DOT text to `out` (format `fmt`: svg, png) with Graphviz's `dot` program `exe`."""
+    import subprocess
+
+    proc = subprocess.run([exe, f"-T{fmt}", "-o", str(out)], input=dot, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        raise UsageError(f"Graphviz 'dot' failed writing '{out}': {lines[-1] if lines else proc.returncode}")
 
 
 # --- glowpy check ----------------------------------------------------------------------------------
@@ -271,7 +338,7 @@ def add_check(sub: argparse._SubParsersAction) -> None:
         "Report, node by node, whether a backend can run a model: op, opset, attributes and declared types only "
         "(weights are never read and may be absent). Exit 0 when every node is supported, 1 when some node is "
         "not, 2 when the model cannot be read."))
-    p.add_argument("model", help="path of an .onnx file")
+    add_model_arg(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--partition", action="store_true",
                    help="also print the offloadable subgraphs and the nodes left to the host")
@@ -295,14 +362,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     import glowpy
     from glowpy.importer.partition import partition
 
+    model = _model_arg(args.model)
     shapes = _shape_bindings(args.shape) or None
     part = None
     if args.partition:
         try:
-            part = partition(args.model, backend=args.backend, shapes=shapes)
+            part = partition(model, backend=args.backend, shapes=shapes)
         except glowpy.GlowpyError:
             part = None  # unreadable: the check below reports it
-    report = part.report if part is not None else glowpy.check(args.model, backend=args.backend, shapes=shapes)
+    report = part.report if part is not None else glowpy.check(model, backend=args.backend, shapes=shapes)
     if args.json:
         out = report.to_dict()
         if part is not None:
@@ -318,7 +386,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         ow = max([len(n.op) for n in report.nodes] + [2])
         vw = max([len(n.status.name) for n in report.nodes] + [7])
         be = args.backend + ("" if report.backend_consulted else " (not available: op table only)")
-        print(f"model    {args.model}\nbackend  {be}\n")
+        print(f"model    {model}\nbackend  {be}\n")
         print(f"{'node':<{nw}}  {'op':<{ow}}  {'verdict':<{vw}}  reason")
         for name, n in zip(names, report.nodes):
             print(f"{name:<{nw}}  {n.op:<{ow}}  {n.status.name:<{vw}}  {_short_reason(n.name, n.reason)}")
@@ -331,6 +399,76 @@ def cmd_check(args: argparse.Namespace) -> int:
             print("\n".join(part.describe()) or "no nodes")
         print(f"\nsummary: {report.summary()}")
     return EXIT_OK if report.supported else EXIT_FAIL
+
+
+# --- glowpy bench ----------------------------------------------------------------------------------
+
+
+def add_bench(sub: argparse._SubParsersAction) -> None:
+    from glowpy.backends import BACKENDS, DEFAULT_BACKEND
+
+    p = sub.add_parser("bench", help="measure compile time, latency, throughput and memory (--vs onnxruntime)",
+                       description=(
+        "Benchmark a model: compile time (and whether the code cache served it), latency p50/p90/p99/min, "
+        "throughput and peak RSS; with --vs onnxruntime the same for onnxruntime, the latency ratio and the "
+        "largest difference between the two engines' outputs. Each engine runs in its own fresh process, "
+        "the engines alternate for --rounds rounds of --iterations timed runs, and figures are medians over "
+        "the rounds. Inputs are deterministic (seeded), as for `glowpy run`."))
+    add_model_arg(p)
+    p.add_argument("--vs", metavar="ENGINE", help="also run this engine and compare: onnxruntime")
+    p.add_argument("--threads", "-t", metavar="N", help="threads of each engine (default: $GLOWPY_NUM_THREADS, "
+                   "else all cores)")
+    p.add_argument("--iterations", "-n", metavar="K", default="30", help="timed runs per round (default: 30)")
+    p.add_argument("--rounds", "-r", metavar="R", default="3", help="rounds per engine (default: 3)")
+    p.add_argument("--shape", "-s", action="append", default=[], metavar="NAME=DIMS",
+                   help="bind the shape of input NAME, or a symbolic dim (batch=4)")
+    p.add_argument("--backend", "-b", default=DEFAULT_BACKEND, choices=sorted(BACKENDS), help="default: %(default)s")
+    p.add_argument("--no-opt", action="store_true", help="compile the graph as imported (skip the optimizer)")
+    p.add_argument("--json", action="store_true", help="print every figure as one JSON object")
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import json
+
+    from glowpy import bench
+
+    model = _model_arg(args.model)
+    iterations = _positive_int(args.iterations, "--iterations")
+    rounds = _positive_int(args.rounds, "--rounds")
+    shapes = _shape_bindings(args.shape)
+    engines = ["glowpy"]
+    if args.vs is not None:
+        if args.vs != "onnxruntime":
+            raise UsageError(f"--vs {args.vs}: the engine to compare with must be onnxruntime")
+        if not bench.have_onnxruntime():
+            raise UsageError("--vs onnxruntime: onnxruntime is not installed (pip install onnxruntime)")
+        engines.append("onnxruntime")
+    threads = _threads_option(args).get("threads")
+    if threads is None and "threads" in _backend_options(args.backend):
+        from glowpy.backends.cpu import resolve_threads
+
+        threads = resolve_threads()  # the same count for onnxruntime
+    try:
+        result = bench.compare(model, engines=engines, backend=args.backend, threads=threads, iterations=iterations,
+                               rounds=rounds, shapes=shapes, optimize=not args.no_opt)
+    except bench.WorkerError as e:
+        if e.model_error:
+            raise UsageError(str(e)) from None
+        print(f"glowpy bench: error: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    result.update(backend=args.backend, shapes={k: list(v) for k, v in shapes.items()})
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return EXIT_OK
+    print(f"model          {model}")
+    counts = f"{threads} thread{'s' if threads > 1 else ''}" if threads else "default threads"
+    print(f"settings       {args.backend} backend, {counts}, "
+          f"{rounds} round{'s' if rounds > 1 else ''} x {iterations} runs per engine"
+          + (f", shapes {' '.join(args.shape)}" if args.shape else ""))
+    print()
+    print(bench.table(result))
+    return EXIT_OK
 
 
 # --- glowpy onnxifi ---------------------------------------------------------------------------------
@@ -375,7 +513,7 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
                            "Run the float model on calibration inputs, record the range of every Conv / MatMul / "
                            "Gemm input, and write a QDQ model: QuantizeLinear / DequantizeLinear around those "
                            "inputs, per-channel symmetric int8 weights, per-tensor activations. onnxruntime runs it."))
-    p.add_argument("model", help="path of an .onnx file")
+    add_model_arg(p)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--calibrate", "-c", metavar="DATA.npz",
                         help="one array per model input: one batch of its shape, or a stack (samples, *shape)")
@@ -399,6 +537,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
     from glowpy.quantize import load_profile, profile, quantize, save_profile
 
+    model_path = _model_arg(args.model)
     if not args.output and not args.dump_profile:
         raise UsageError("nothing to write: give --output, --dump-profile or both")
     if args.load_profile and args.dump_profile:
@@ -407,7 +546,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         ranges = load_profile(args.load_profile)
         origin = f"{args.load_profile} (loaded)"
     else:
-        ranges = profile(args.model, args.calibrate, method=args.method, percentile=args.percentile,
+        ranges = profile(model_path, args.calibrate, method=args.method, percentile=args.percentile,
                          backend=args.backend)
         origin = f"{args.calibrate} ({args.method}" + (f" {args.percentile}" if args.method == "percentile" else "") \
             + f", {args.backend})"
@@ -418,7 +557,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         print(f"saved     {args.dump_profile}")
     if not args.output:
         return EXIT_OK
-    model = quantize(args.model, ranges=ranges, activations=args.activations,
+    model = quantize(model_path, ranges=ranges, activations=args.activations,
                      per_channel=not args.per_tensor_weights)
     counts: dict[str, int] = {}
     for n in model.graph.node:
@@ -436,8 +575,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 # --- entry -----------------------------------------------------------------------------------------
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check, add_onnxifi]
-COMMANDS.append(add_quantize)
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check, add_bench, add_onnxifi,
+                                                                add_quantize]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -141,7 +141,7 @@ def test_unknown_attribute_is_refused() -> None:
 
 def test_toposort_restores_order() -> None:
     g = small_graph()
-    g.nodes.reverse()
+    g.nodes.reorder(list(g.nodes)[::-1])
     g.toposort()
     assert [n.name for n in g.nodes] == ["c", "r"]
     g.verify()

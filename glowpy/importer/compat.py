@@ -4,19 +4,18 @@ A host asks "can you run this?" with a model whose weights may be absent (declar
 or initializers whose payload is not wanted). This module answers without reading a single
 initializer payload and without building a `Graph`:
 
-1. model level: IR version, opset imports, duplicate names, cycles (INVALID_* / UNSUPPORTED_VERSION);
-2. per node, the shared gate `table.check_node` (op, domain, opset, attributes, main dtype), the same
-   the full importer calls;
-3. per node whose operand types are known (declared, or inferred for earlier nodes), a *dry run* of
-   the node's own converter from the op table against a context that holds types only: every IR op
-   it emits goes through the op declaration's `make_attrs` and `infer_types`, exactly as
-   `Graph.add_node` would do it, so shape and type rules are never restated here. Shape-like values
-   (Shape outputs, Constant nodes, small folds of those) are computed, as the importer's folding
-   does. A compile-time operand whose value is not visible (a weight) is handled as the op table row
-   says (`value_inputs`, `output_shape_input`); otherwise the output types come from declarations
-   and the verdict records what it assumed;
-4. the declared types of graph outputs against the inferred ones (MISMATCHING_*), as the importer does;
-5. the backend's `should_lower` (FALLBACK) and `is_op_supported` on the IR nodes the dry run made.
+it is the importer's own walk (`walk.Walk`: model checks, the shared gate `check_node`, the same
+converters and function bodies, the declared-output check) with `Checker` as its host, which
+records types instead of building a graph:
+
+- every IR op a converter emits goes through the op declaration's `make_attrs` and `infer_types`,
+  exactly as `Graph.add_node` would do it, so shape and type rules are never restated here;
+  shape-like values (Shape outputs, Constant nodes, small folds of those) are computed;
+- a compile-time operand whose value is not visible (a weight) is handled as the op table row says
+  (`value_inputs`, `output_shape_input`); otherwise the converter stops with `OperandNotVisible`,
+  the output types come from declarations and the verdict records what it assumed;
+- the backend's `should_lower` (FALLBACK) and `is_op_supported` refine the verdict on the IR nodes
+  the conversion emitted.
 
 Every node gets a verdict; a failure never stops the others.
 """
@@ -24,7 +23,6 @@ Every node gets a verdict; a failure never stops the others.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,19 +33,25 @@ from onnx import ModelProto, NodeProto, TensorProto, ValueInfoProto, helper, num
 
 from glowpy.errors import (
     GlowpyError,
-    InternalError,
     InvalidModel,
-    MismatchingDatatype,
-    MismatchingShape,
     Status,
     UnsupportedAttribute,
     UnsupportedDatatype,
     UnsupportedOperator,
 )
-from glowpy.importer import ops as _ops  # noqa: F401  (fills the op table)
 from glowpy.importer.context import NodeContext
-from glowpy.importer.onnx_import import declared_type, model_opsets, read_model
-from glowpy.importer.table import OnnxOp, check_node, normalize_domain, require_const_operand
+from glowpy.importer.onnx_import import ModelLike, read_model
+from glowpy.importer.table import OnnxOp, normalize_domain
+from glowpy.importer.walk import (
+    Host,
+    OperandNotVisible,
+    Walk,
+    declared_type,
+    fmt_dims,
+    node_display_name,
+    static_dims,
+    topo_order,
+)
 from glowpy.ir.graph import Node, Value
 from glowpy.ir.ops import get_op
 from glowpy.ir.types import TensorType, dtype_from_onnx, dtype_to_onnx
@@ -55,7 +59,6 @@ from glowpy.ir.types import TensorType, dtype_from_onnx, dtype_to_onnx
 if TYPE_CHECKING:
     from glowpy.backends.base import Backend
 
-ModelLike = bytes | bytearray | memoryview | str | os.PathLike | ModelProto
 
 OK_STATUSES = frozenset({Status.SUCCESS, Status.FALLBACK})
 FOLD_LIMIT = 4096  # elements: shape-like values are computed during the check; bigger ones stay types
@@ -183,147 +186,9 @@ class Slot:
         return self.value.type if self.value is not None else None
 
 
-def _static(dims: Sequence[Any] | None) -> tuple[int, ...] | None:
-    if dims is None or not all(isinstance(d, int) and d > 0 for d in dims):
-        return None
-    return tuple(dims)
-
-
-def _fmt_dims(dims: Sequence[Any] | None) -> str:
-    if dims is None:
-        return "?"
-    return "[" + ", ".join("?" if d is None or d == 0 else str(d) for d in dims) + "]"
-
-
 def _rebuild(err: GlowpyError, *, node: str, op: str, opset: int | None = None) -> GlowpyError:
     """A copy of `err` naming this node (the original may belong to a value shared by many nodes)."""
     return type(err)(err.reason, node=node, op=op, opset=opset, expected=err.expected, found=err.found)
-
-
-# --- the dry run --------------------------------------------------------------------------------------
-
-
-class _Opaque(Exception):  # noqa: N818  (a control-flow signal, not an error)
-    """A converter needs the value of an operand the check cannot see, and no stand-in exists."""
-
-    def __init__(self, index: int, name: str) -> None:
-        super().__init__(index, name)
-        self.index = index
-        self.name = name
-
-
-class _Scope:
-    """Plays the importer's part for one node's dry run: operand lookup and compile-time values."""
-
-    graph = None  # the dry run never builds a graph
-    base_dir = None
-
-    def __init__(self, slots: dict[str, Slot]) -> None:
-        self.slots = slots
-        self.assumes: list[str] = []
-        self.emitted: list[Node] = []
-
-    def value_of(self, name: str, ctx: NodeContext) -> Value:
-        slot = self.slots.get(name)
-        if slot is None or slot.value is None:
-            raise ctx.error(InvalidModel, f"input '{name}' is not defined (no initializer, graph input or "
-                                          f"node output has that name)")
-        return slot.value
-
-    def evaluate(self, v: Value) -> np.ndarray | None:
-        if v.data is None:
-            self.note(f"assumes the value of '{v.name}' (not read) is valid")
-        return v.data
-
-    def note(self, text: str) -> None:
-        if text not in self.assumes:
-            self.assumes.append(text)
-
-
-class _DryContext(NodeContext):
-    """A NodeContext whose emits only infer types: the converter runs unchanged."""
-
-    def __init__(self, scope: _Scope, node: NodeProto, entry: OnnxOp, opset: int, name: str,
-                 declared_out: Slot | None) -> None:
-        super().__init__(scope, node, entry, opset, name)  # type: ignore[arg-type]
-        self.scope = scope
-        self.declared_out = declared_out
-
-    def const(self, i: int, default: Any = None) -> np.ndarray | None:
-        if not self.has_input(i):
-            return default
-        require_const_operand(self.entry, i, node=self.name, opset=self.opset)
-        v = self.input(i)
-        if v.data is not None:
-            return v.data
-        if i in self.entry.value_inputs:
-            self.scope.note(f"assumes operand {i} '{v.name}' (not read) has a supported value")
-            return np.zeros(v.shape, dtype=v.dtype)
-        if i == self.entry.output_shape_input:
-            out = self.declared_out
-            shape = _static(out.dims) if out is not None else None
-            if shape is not None:
-                self.scope.note(f"assumes operand {i} '{v.name}' (not read) is the declared output shape")
-                return np.array(shape, dtype=np.int64)
-        raise _Opaque(i, v.name)
-
-    def emit(self, op: str, inputs: list[Value], attrs: dict[str, Any] | None = None) -> list[Value]:
-        opdef = get_op(op)
-        try:
-            full = opdef.make_attrs(dict(attrs or {}), node=self.name)
-            types = opdef.infer_types(full, [v.type for v in inputs], node=self.name)
-        except GlowpyError as e:
-            raise e.at(node=self.name, op=self.node.op_type, opset=self.opset)
-        node = Node(op, self.name, list(inputs), [], full)
-        node.outputs = [Value(f"{self.name}:{k}", t, "node", producer=node) for k, t in enumerate(types)]
-        self.scope.emitted.append(node)
-        # Fold small shape-like computations, as the importer's evaluate() would on demand.
-        if (all(v.data is not None and v.data.size <= FOLD_LIMIT for v in inputs)
-                and all(t.size <= FOLD_LIMIT for t in types)):
-            for out, arr in zip(node.outputs, opdef.run(full, [v.data for v in inputs])):
-                out.data = np.asarray(arr)
-        return list(node.outputs)
-
-    def constant(self, data: np.ndarray, suffix: str = "const") -> Value:
-        data = np.asarray(data)
-        return Value(f"{self.name}.{suffix}", TensorType.of(data), "constant", data=data)
-
-    def output_constant(self, i: int, data: np.ndarray) -> Value:
-        return self.constant(data, f"output{i}")
-
-
-# --- the checker ---------------------------------------------------------------------------------------
-
-
-def node_display_name(node: NodeProto, index: int) -> str:
-    """The name reports use for a node: the importer's rule (name, else first output, else op_index)."""
-    return node.name or (node.output[0] if node.output and node.output[0] else f"{node.op_type}_{index}")
-
-
-def topo_order(nodes: Sequence[NodeProto], known: set[str]) -> tuple[list[int], list[int]]:
-    """Kahn's order over node indices (stable: model order among ready nodes), and the indices left
-    over because they sit on or behind a cycle."""
-    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-    users: dict[int, list[int]] = {}
-    pending = []
-    for i, n in enumerate(nodes):
-        deps = {producer[x] for x in n.input if x and x not in known and x in producer}
-        for j in deps:
-            users.setdefault(j, []).append(i)
-        pending.append(len(deps))
-    ready = [i for i, c in enumerate(pending) if c == 0]
-    order: list[int] = []
-    head = 0
-    while head < len(ready):
-        i = ready[head]
-        head += 1
-        order.append(i)
-        for u in users.get(i, ()):
-            pending[u] -= 1
-            if pending[u] == 0:
-                ready.append(u)
-    placed = set(order)
-    return order, [i for i in range(len(nodes)) if i not in placed]
 
 
 _BACKEND_CACHE: dict[str, Backend | None] = {}
@@ -350,158 +215,218 @@ def resolve_backend(name: str | Backend | None) -> Backend | None:
     return _BACKEND_CACHE[name]
 
 
-class Checker:
-    """One run of the cheap path over a ModelProto. `run()` gives the report; `slots` keeps what was
-    learned about every value (the partitioner declares subgraph boundaries from it)."""
+class Checker(Host):
+    """The walk's types-only host: one run over a ModelProto (`run()` gives the report). It records
+    what is known about every value in `slots` (the partitioner declares subgraph boundaries from it),
+    never reads an initializer payload, and gives every node a verdict: a failure never stops the
+    others. `order` is the walk's topological order."""
 
     def __init__(self, model: ModelProto, backend: Backend | None, backend_name: str,
                  shapes: Mapping[str, Sequence[int] | int] | None = None) -> None:
         self.model = model
         self.backend = backend
         self.backend_name = backend_name
-        self.shapes = dict(shapes or {})
         self.slots: dict[str, Slot] = {}
         self.issues: list[Issue] = []
         self.verdicts: dict[int, NodeVerdict] = {}
-        self.order: list[int] = []
-        self.opsets: dict[str, int] = {}
-        self._unused_bad: dict[str, GlowpyError] = {}
         self.assumes: list[str] = []
-
-    # --- entry ----------------------------------------------------------------------------------
+        self._unused_bad: dict[str, GlowpyError] = {}
+        self._declared: dict[str, ValueInfoProto] = {}
+        # the node being converted: what its verdict assumes, the IR nodes it emitted
+        self._notes: list[str] = []
+        self._emitted: list[Node] = []
+        self._walk = Walk(model, self, shapes)
 
     def run(self) -> CompatReport:
         if not self.model.HasField("graph"):
-            return self._report([], [Issue(Status.INVALID_MODEL, "the model has no graph")])
+            return self._report([Issue(Status.INVALID_MODEL, "the model has no graph")])
         g = self.model.graph
-        nodes = list(g.node)
-        try:
-            self.opsets = model_opsets(self.model)
-        except GlowpyError as e:
-            # Nothing can be imported under an unsupported IR version or default opset: say so per node.
-            for i, n in enumerate(nodes):
-                name = node_display_name(n, i)
-                self.verdicts[i] = self._verdict(i, n, _rebuild(e, node=name, op=n.op_type, opset=e.opset))
-            self.issues.append(Issue(e.status, str(e)))
-            return self._finish(nodes)
-        self._declare_initializers(g.initializer)
-        self._declare_inputs(g.input)
-        self.declared = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
-        self.graph_outputs = {o.name: o for o in g.output}
-        self.order, stuck = topo_order(nodes, set(self.slots))
-        for i in self.order:
-            self.verdicts[i] = self._judge(i, nodes[i])
-        for i in stuck:
-            n = nodes[i]
-            err = InvalidModel("the node is on (or behind) a cycle", node=node_display_name(n, i), op=n.op_type,
-                               expected="an acyclic graph",
-                               found="cycle among " + ", ".join(repr(node_display_name(nodes[j], j)) for j in stuck[:6]))
-            self.verdicts[i] = self._verdict(i, n, err)
-        for info in g.output:
-            if info.name not in self.slots and not any(info.name in nodes[i].output for i in stuck):
-                self.issues.append(Issue(Status.INVALID_MODEL,
-                                         f"graph output '{info.name}' is not produced by any node, input or "
-                                         f"initializer"))
-        used = {x for n in nodes for x in n.input}
+        self._declared = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
+        self._walk.run()
+        used = {x for n in g.node for x in n.input}
         for name, err in self._unused_bad.items():
             if name not in used:
                 self.issues.append(Issue(err.status, str(err)))
         self.assumes = [s.runtime_note for name, s in self.slots.items() if s.runtime_note and name not in used]
-        return self._finish(nodes)
+        return self._report(self.issues)
 
-    def _finish(self, nodes: Sequence[NodeProto]) -> CompatReport:
-        return self._report([self.verdicts[i] for i in range(len(nodes))], self.issues)
+    @property
+    def order(self) -> list[int]:
+        """The walk's topological order of the nodes (those on a cycle left out)."""
+        return self._walk.order
 
-    def _report(self, verdicts: list[NodeVerdict], issues: list[Issue]) -> CompatReport:
+    def _report(self, issues: list[Issue]) -> CompatReport:
+        verdicts = [self.verdicts[i] for i in range(len(self.model.graph.node))] if issues is self.issues else []
         return CompatReport(verdicts, list(issues), backend=self.backend_name,
                             backend_consulted=self.backend is not None, assumes=list(self.assumes))
 
-    # --- values from declarations ----------------------------------------------------------------
+    # --- declarations --------------------------------------------------------------------------------
 
-    def _declare_initializers(self, inits: Sequence[TensorProto]) -> None:
-        for t in inits:
-            if t.name in self.slots:
-                self.issues.append(Issue(Status.INVALID_MODEL, f"initializer '{t.name}' is defined twice"))
-                continue
-            dims = tuple(int(d) for d in t.dims)
-            try:
-                dtype = dtype_from_onnx(t.data_type)
-            except UnsupportedDatatype:
-                err = UnsupportedDatatype(f"initializer '{t.name}' has an unsupported element type",
-                                          expected="a numeric or bool tensor",
-                                          found=TensorProto.DataType.Name(t.data_type)
-                                          if t.data_type in TensorProto.DataType.values() else t.data_type)
-                self.slots[t.name] = Slot(None, dims, error=err, weight=True)
-                self._unused_bad[t.name] = err
-                continue
-            # Only dims and data_type: even len(t.raw_data) would copy the payload. An empty weight's
-            # value is known without reading anything.
-            empty = np.zeros(dims, dtype) if 0 in dims else None
-            value = Value(t.name, TensorType(dtype, dims), "constant", data=empty)
-            self.slots[t.name] = Slot(dtype, dims, value, weight=True)
+    def model_error(self, err: GlowpyError, nodes: Sequence[NodeProto]) -> None:
+        # Nothing can be imported under an unsupported IR version or default opset: say so per node.
+        for i, n in enumerate(nodes):
+            self.verdicts[i] = self._verdict(i, n, _rebuild(err, node=node_display_name(n, i), op=n.op_type,
+                                                            opset=err.opset))
+        self.issue(err)
 
-    def _declare_inputs(self, inputs: Sequence[ValueInfoProto]) -> None:
-        seen: set[str] = set()
-        for info in inputs:
-            if info.name in self.slots and self.slots[info.name].weight:
-                continue  # IR v3 lists initializers among the inputs: they stay weights
-            if info.name in seen:
-                self.issues.append(Issue(Status.INVALID_MODEL, f"graph input '{info.name}' is declared twice"))
-                continue
-            seen.add(info.name)
-            try:
-                dtype, dims = declared_type(info)
-            except UnsupportedDatatype as e:
-                self.slots[info.name] = Slot(error=e)
-                self._unused_bad[info.name] = e
-                continue
-            if dtype is None:
-                err = UnsupportedDatatype(f"graph input '{info.name}' declares no element type")
-                self.slots[info.name] = Slot(error=err)
-                self._unused_bad[info.name] = err
-                continue
-            dims = self._bind(info.name, dims)
-            if dims is not None and any(d == 0 for d in dims):
-                # A zero extent is a zero-size tensor in ONNX: its value is known without data. glowpy
-                # has no zero-size runtime buffers, so it must be a weight given at init.
-                empty = None
-                if all(isinstance(d, int) for d in dims):
-                    empty = Value(info.name, TensorType(dtype, dims), "input", data=np.zeros(dims, dtype))
-                note = f"assumes '{info.name}' (zero-size) is a weight given at init, not a runtime input"
-                self.slots[info.name] = Slot(dtype, tuple(dims), empty, runtime_note=note)
-                continue
-            shape = _static(dims)
-            value = Value(info.name, TensorType(dtype, shape), "input") if shape is not None else None
-            self.slots[info.name] = Slot(dtype, None if dims is None else tuple(dims), value)
+    def issue(self, err: GlowpyError) -> None:
+        self.issues.append(Issue(err.status, str(err)))
 
-    def _bind(self, name: str, dims: list[Any] | None) -> list[Any] | None:
-        """Apply shapes= bindings (a full shape by input name, or an int by dim_param symbol)."""
-        given = self.shapes.get(name)
-        if given is not None and not isinstance(given, int):
-            return [int(d) for d in given]
-        if dims is None:
-            return None
-        out = []
-        for d in dims:
-            val = self.shapes.get(d) if isinstance(d, str) else None
-            if isinstance(val, (list, tuple)) and len(val) == 1:
-                val = val[0]
-            out.append(int(val) if isinstance(val, int) or (isinstance(val, np.integer)) else d)
-        return out
+    def add_initializer(self, t: TensorProto, dtype: np.dtype) -> None:
+        # Only dims and data_type: even len(t.raw_data) would copy the payload. An empty weight's
+        # value is known without reading anything.
+        dims = tuple(int(d) for d in t.dims)
+        empty = np.zeros(dims, dtype) if 0 in dims else None
+        self.slots[t.name] = Slot(dtype, dims, Value(t.name, TensorType(dtype, dims), "constant", data=empty),
+                                  weight=True)
+
+    def add_input(self, info: ValueInfoProto, dtype: np.dtype, dims: list[Any] | None) -> None:
+        if dims is not None and any(d == 0 for d in dims):
+            # A zero extent is a zero-size tensor in ONNX: its value is known without data. glowpy
+            # has no zero-size runtime buffers, so it must be a weight given at init.
+            empty = None
+            if all(isinstance(d, int) for d in dims):
+                empty = Value(info.name, TensorType(dtype, dims), "input", data=np.zeros(dims, dtype))
+            note = f"assumes '{info.name}' (zero-size) is a weight given at init, not a runtime input"
+            self.slots[info.name] = Slot(dtype, tuple(dims), empty, runtime_note=note)
+            return
+        shape = static_dims(dims)
+        value = Value(info.name, TensorType(dtype, shape), "input") if shape is not None else None
+        self.slots[info.name] = Slot(dtype, None if dims is None else tuple(dims), value)
+
+    def bad_value(self, name: str, err: GlowpyError, *, weight: bool) -> None:
+        self.slots[name] = Slot(error=err, weight=weight)
+        self._unused_bad[name] = err
+
+    def is_defined(self, name: str) -> bool:
+        return name in self.slots
+
+    def bound(self, name: str) -> Value | None:
+        slot = self.slots.get(name)
+        return slot.value if slot is not None else None
+
+    def is_weight(self, name: str) -> bool:
+        slot = self.slots.get(name)
+        return slot is not None and slot.weight
+
+    def dtype_of(self, name: str) -> np.dtype | None:
+        slot = self.slots.get(name)
+        return slot.dtype if slot is not None else None
+
+    # --- per node --------------------------------------------------------------------------------------
+
+    def node_error(self, index: int, node: NodeProto, err: GlowpyError) -> None:
+        self._declare_outputs(node)
+        self.verdicts[index] = self._verdict(index, node, err.at(node=node_display_name(node, index),
+                                                                 op=node.op_type))
+
+    def ready(self, index: int, node: NodeProto, entry: OnnxOp | None, opset: int, name: str) -> bool:
+        self._notes, self._emitted = [], []
+        slots = [(k, self.slots[x]) for k, x in enumerate(node.input) if x]
+        for _, slot in slots:
+            if slot.error is not None:
+                raise _rebuild(slot.error, node=name, op=node.op_type, opset=opset)
+        for k, slot in slots:
+            if slot.runtime_note and (entry is None or k not in entry.const_inputs):
+                self._note(slot.runtime_note)
+        unknown = next((x for x in node.input if x and self.slots[x].value is None), None)
+        if unknown is not None:
+            self._declare_outputs(node)
+            self.verdicts[index] = self._verdict(
+                index, node, None, opset=opset, assumes=self._notes,
+                note=f"supported by op, attributes and types; shapes not checked ('{unknown}' has no static "
+                     f"shape: {fmt_dims(self.slots[unknown].dims)})")
+            return False
+        return True
+
+    def not_followed(self, index: int, node: NodeProto, opset: int, signal: OperandNotVisible) -> None:
+        self._declare_outputs(node)
+        self._note(f"assumes operand {signal.index} '{signal.name}' (not read) is valid; output types as declared")
+        self.verdicts[index] = self._verdict(index, node, None, opset=opset, assumes=self._notes)
+
+    def bind(self, name: str, v: Value) -> None:
+        self.slots[name] = Slot(v.dtype, v.shape, v, weight=v.kind == "constant" and v.data is None)
+
+    def node_done(self, index: int, node: NodeProto, opset: int) -> None:
+        self.verdicts[index] = self._refine(index, node, opset)
+
+    def finish(self, outputs: list[Value]) -> None:
+        pass
+
+    # --- converter services: types, and values only where they cost nothing to know ----------------------
+
+    def value(self, name: str, ctx: NodeContext) -> Value:
+        slot = self.slots.get(name)
+        if slot is None or slot.value is None:
+            raise ctx.error(InvalidModel, f"input '{name}' is not defined (no initializer, graph input or "
+                                          f"node output has that name)")
+        return slot.value
+
+    def compile_time_value(self, ctx: NodeContext, index: int, v: Value) -> np.ndarray | None:
+        """A weight's value is not read: what the op table row allows stands in for it (see OnnxOp)."""
+        if v.data is not None:
+            return v.data
+        if index in ctx.entry.value_inputs:
+            self._note(f"assumes operand {index} '{v.name}' (not read) has a supported value")
+            return np.zeros(v.shape, dtype=v.dtype)
+        if index == ctx.entry.output_shape_input:
+            out = self._declared_slot(ctx.node.output[0]) if ctx.node.output and ctx.node.output[0] else None
+            shape = static_dims(out.dims) if out is not None else None
+            if shape is not None:
+                self._note(f"assumes operand {index} '{v.name}' (not read) is the declared output shape")
+                return np.array(shape, dtype=np.int64)
+        raise OperandNotVisible(index, v.name)
+
+    def known_value(self, v: Value) -> np.ndarray | None:
+        if v.data is None:
+            self._note(f"assumes the value of '{v.name}' (not read) is valid")
+        return v.data
+
+    def emit(self, ctx: NodeContext, op: str, inputs: list[Value], attrs: dict[str, Any] | None) -> list[Value]:
+        """Type inference exactly as Graph.add_node does it, without a graph."""
+        opdef = get_op(op)
+        full = opdef.make_attrs(dict(attrs or {}), node=ctx.name)
+        types = opdef.infer_types(full, [v.type for v in inputs], node=ctx.name)
+        node = Node(op, ctx.name, list(inputs), [], full)
+        node.outputs = [Value(f"{ctx.name}:{k}", t, "node", producer=node) for k, t in enumerate(types)]
+        self._emitted.append(node)
+        # Fold small shape-like computations, as the graph host's known_value() would on demand.
+        if (all(v.data is not None and v.data.size <= FOLD_LIMIT for v in inputs)
+                and all(t.size <= FOLD_LIMIT for t in types)):
+            for out, arr in zip(node.outputs, opdef.run(full, [v.data for v in inputs])):
+                out.data = np.asarray(arr)
+        return list(node.outputs)
+
+    def constant(self, ctx: NodeContext, data: np.ndarray, suffix: str) -> Value:
+        return Value(f"{ctx.name}.{suffix}", TensorType.of(data), "constant", data=data)
+
+    def output_constant(self, ctx: NodeContext, i: int, data: np.ndarray) -> Value:
+        return self.constant(ctx, data, f"output{i}")
+
+    def tensor_constant(self, ctx: NodeContext, i: int, tensor: TensorProto) -> Value:
+        """A big (or external) tensor is a weight: typed from its dims, its payload not read."""
+        if math.prod(tensor.dims) > CONSTANT_LIMIT or tensor.data_location == TensorProto.EXTERNAL:
+            dims = tuple(int(d) for d in tensor.dims)
+            return Value(ctx.node.output[i], TensorType(dtype_from_onnx(tensor.data_type), dims), "constant")
+        return self.output_constant(ctx, i, numpy_helper.to_array(tensor))
+
+    # --- helpers ----------------------------------------------------------------------------------------
+
+    def _note(self, text: str) -> None:
+        if text not in self._notes:
+            self._notes.append(text)
 
     def _declared_slot(self, name: str) -> Slot | None:
-        info = self.declared.get(name)
+        info = self._declared.get(name)
         if info is None:
             return None
         try:
             dtype, dims = declared_type(info)
         except UnsupportedDatatype:
             return None
-        shape = _static(dims)
+        shape = static_dims(dims)
         value = Value(name, TensorType(dtype, shape), "node") if dtype is not None and shape is not None else None
         return Slot(dtype, None if dims is None else tuple(dims), value)
-
-    # --- one node ----------------------------------------------------------------------------------
 
     def _verdict(self, index: int, node: NodeProto, err: GlowpyError | None, *, status: Status = Status.SUCCESS,
                  note: str = "", assumes: Sequence[str] = (), opset: int | None = None) -> NodeVerdict:
@@ -515,99 +440,17 @@ class Checker:
                 reason += "; " + "; ".join(assumes)
         return NodeVerdict(index, name, node.op_type, node.domain, status, reason, tuple(assumes))
 
-    def _judge(self, index: int, node: NodeProto) -> NodeVerdict:
-        name = node_display_name(node, index)
-        op = node.op_type
-        if not op:
-            self._declare_outputs(node, {})
-            return self._verdict(index, node, InvalidModel("the node has no op_type", node=name))
+    def _declare_outputs(self, node: NodeProto) -> None:
+        """Outputs of a node the check did not convert: what the model declares, else ONNX's inference,
+        so the nodes after it are still checked."""
+        schema: dict[str, Slot] | None = None
         for out in node.output:
-            if out and out in self.slots:  # SSA: every value has one producer
-                return self._verdict(index, node, InvalidModel(f"value '{out}' is produced twice", node=name, op=op))
-        first = self.slots.get(node.input[0]) if node.input and node.input[0] else None
-        try:
-            entry, opset = check_node(node, self.opsets, [first.dtype if first is not None else None])
-        except GlowpyError as e:
-            self._declare_outputs(node, {})
-            return self._verdict(index, node, e.at(node=name, op=op))
-        inputs: list[Slot] = []
-        notes: list[str] = []
-        for k, x in enumerate(node.input):
-            if not x:
-                continue
-            slot = self.slots.get(x)
-            if slot is None:
-                self._declare_outputs(node, {})
-                return self._verdict(index, node, InvalidModel(
-                    f"input '{x}' is not defined (no initializer, graph input or node output has that name)",
-                    node=name, op=op, opset=opset))
-            if slot.error is not None:
-                self._declare_outputs(node, {})
-                return self._verdict(index, node, _rebuild(slot.error, node=name, op=op, opset=opset))
-            if slot.runtime_note and k not in entry.const_inputs:
-                notes.append(slot.runtime_note)
-            inputs.append(slot)
-        if any(s.value is None for s in inputs):
-            unknown = next(x for x in node.input if x and self.slots[x].value is None)
-            self._declare_outputs(node, {})
-            return self._verdict(index, node, None, opset=opset, assumes=notes,
-                                 note=f"supported by op, attributes and types; shapes not checked ('{unknown}' "
-                                      f"has no static shape: {_fmt_dims(self.slots[unknown].dims)})")
-        if op == "Constant" and self._big_constant(node):
-            return self._big_constant_verdict(index, node, name, opset)
-        scope = _Scope(self.slots)
-        for text in notes:
-            scope.note(text)
-        declared_out = self._declared_slot(node.output[0]) if node.output and node.output[0] else None
-        ctx = _DryContext(scope, node, entry, opset, name, declared_out)
-        try:
-            results = entry.convert(ctx)
-        except _Opaque as o:
-            self._declare_outputs(node, {})
-            scope.note(f"assumes operand {o.index} '{o.name}' (not read) is valid; output types as declared")
-            return self._verdict(index, node, None, opset=opset, assumes=scope.assumes)
-        except GlowpyError as e:
-            self._declare_outputs(node, {})
-            return self._verdict(index, node, e.at(node=name, op=op, opset=opset))
-        except (ValueError, TypeError, IndexError, KeyError) as e:  # the importer's mapping of the same
-            self._declare_outputs(node, {})
-            return self._verdict(index, node, InternalError(f"conversion failed: {type(e).__name__}: {e}",
-                                                            node=name, op=op, opset=opset))
-        except AttributeError as e:  # the converter wants more of the importer than the dry run offers
-            self._declare_outputs(node, {})
-            return self._verdict(index, node, InternalError(f"the dry run cannot follow this converter: {e}",
-                                                            node=name, op=op, opset=opset))
-        outs = [o for o in node.output]
-        if len([o for o in outs if o]) > len(results):
-            self._declare_outputs(node, {})
-            return self._verdict(index, node, InternalError(
-                "converter produced fewer outputs than the node declares", node=name, op=op,
-                expected=len(outs), found=len(results)))
-        produced = {o: v for o, v in zip(outs, results) if o}
-        err = self._declare_outputs(node, produced, name=name, opset=opset)
-        if err is not None:
-            return self._verdict(index, node, err)
-        return self._refine(index, node, scope, opset)
-
-    def _declare_outputs(self, node: NodeProto, produced: dict[str, Value], *, name: str = "",
-                         opset: int | None = None) -> GlowpyError | None:
-        """Record the node's outputs: inferred values where the dry run made them, else what the
-        model declares. Returns the error for a duplicate or a disagreeing graph output."""
-        for out in node.output:
-            if not out:
-                continue
-            v = produced.get(out)
-            if v is None:
-                if out not in self.slots:
-                    self.slots[out] = self._declared_slot(out) or self._schema_slots(node).get(out) or Slot()
-                continue
-            self.slots[out] = Slot(v.dtype, v.shape, v)
-            info = self.graph_outputs.get(out)
-            if info is not None:
-                err = self._check_declared(info, v.type)
-                if err is not None:
-                    return err.at(node=name, op=node.op_type, opset=opset)
-        return None
+            if out and out not in self.slots:
+                slot = self._declared_slot(out)
+                if slot is None:
+                    schema = self._schema_slots(node) if schema is None else schema
+                    slot = schema.get(out)
+                self.slots[out] = slot or Slot()
 
     def _schema_slots(self, node: NodeProto) -> dict[str, Slot]:
         """Output types of a node glowpy did not convert (rejected, or its output shape hangs on an
@@ -625,7 +468,8 @@ class Checker:
             if slot.value is not None and slot.value.data is not None and slot.value.data.size <= FOLD_LIMIT:
                 data[x] = numpy_helper.from_array(np.ascontiguousarray(slot.value.data), x)
         try:
-            schema = onnx.defs.get_schema(node.op_type, self.opsets.get(normalize_domain(node.domain), 1), node.domain)
+            opset = self._walk.opsets.get(normalize_domain(node.domain), 1)
+            schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
             found = onnx.shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=list(
                 self.model.opset_import), ir_version=self.model.ir_version)
         except Exception:  # noqa: BLE001  (no schema, or ONNX's inference refuses: the types stay unknown)
@@ -637,66 +481,21 @@ class Checker:
                 dtype, dims = declared_type(info)
             except GlowpyError:
                 continue
-            shape = _static(dims)
+            shape = static_dims(dims)
             value = Value(name, TensorType(dtype, shape), "node") if dtype is not None and shape is not None else None
             out[name] = Slot(dtype, None if dims is None else tuple(dims), value)
         return out
 
-    @staticmethod
-    def _check_declared(info: ValueInfoProto, t: TensorType) -> GlowpyError | None:
-        """The importer's graph-output rule: a declared element type or static dim must match inference."""
-        try:
-            dtype, dims = declared_type(info)
-        except GlowpyError as e:
-            return e
-        if dtype is not None and dtype != t.dtype:
-            return MismatchingDatatype(f"graph output '{info.name}' type disagrees with inference",
-                                       expected=str(dtype), found=str(t.dtype))
-        if dims is not None and (len(dims) != t.rank or any(isinstance(d, int) and d > 0 and d != s
-                                                            for d, s in zip(dims, t.shape))):
-            return MismatchingShape(f"graph output '{info.name}' shape disagrees with inference",
-                                    expected=_fmt_dims(dims), found=list(t.shape))
-        return None
-
-    def _big_constant(self, node: NodeProto) -> bool:
-        """A Constant whose tensor is a weight (large, or in an external file): typed, never read."""
-        for a in node.attribute:
-            if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                return math.prod(a.t.dims) > CONSTANT_LIMIT or a.t.data_location == TensorProto.EXTERNAL
-        return False
-
-    def _big_constant_verdict(self, index: int, node: NodeProto, name: str, opset: int) -> NodeVerdict:
-        # A Constant holding a weight: typed from its dims and data_type, its payload is not read.
-        t = next(a.t for a in node.attribute if a.name == "value")
-        if len(node.attribute) != 1:
-            self._declare_outputs(node, {})
-            return self._verdict(index, node, UnsupportedAttribute(
-                "Constant needs exactly one value attribute", node=name, op=node.op_type, opset=opset, expected=1,
-                found=len(node.attribute)))
-        try:
-            dtype = dtype_from_onnx(t.data_type)
-        except UnsupportedDatatype:
-            self._declare_outputs(node, {})
-            return self._verdict(index, node, UnsupportedDatatype(
-                "constant element type not supported", node=name, op=node.op_type, opset=opset,
-                found=TensorProto.DataType.Name(t.data_type)))
-        dims = tuple(int(d) for d in t.dims)
-        v = Value(node.output[0], TensorType(dtype, dims), "constant")
-        err = self._declare_outputs(node, {node.output[0]: v}, name=name, opset=opset)
-        if err is None:
-            self.slots[node.output[0]].weight = True
-        return self._verdict(index, node, err, opset=opset)
-
-    def _refine(self, index: int, node: NodeProto, scope: _Scope, opset: int) -> NodeVerdict:
-        """The backend's word on the IR nodes the dry run emitted."""
+    def _refine(self, index: int, node: NodeProto, opset: int) -> NodeVerdict:
+        """The backend's word on the IR nodes the node's conversion emitted."""
         be = self.backend
         name = node_display_name(node, index)
-        if be is None or not scope.emitted:
-            return self._verdict(index, node, None, opset=opset, assumes=scope.assumes)
+        if be is None or not self._emitted:
+            return self._verdict(index, node, None, opset=opset, assumes=self._notes)
         from glowpy.optimizer.lower import LOWERINGS
 
         lowered = []
-        for ir in scope.emitted:
+        for ir in self._emitted:
             try:
                 # The optimizer lowers what the backend asks for and has a lowering for (Glow's shouldLower).
                 if ir.op in LOWERINGS and be.should_lower(ir):
@@ -713,10 +512,10 @@ class Checker:
             except GlowpyError as e:
                 return self._verdict(index, node, _rebuild(e, node=name, op=node.op_type, opset=opset))
         if lowered:
-            return self._verdict(index, node, None, status=Status.FALLBACK, opset=opset, assumes=scope.assumes,
+            return self._verdict(index, node, None, status=Status.FALLBACK, opset=opset, assumes=self._notes,
                                  note=f"supported through decomposition: backend '{be.name}' lowers "
                                       f"{', '.join(sorted(set(lowered)))} into simpler ops")
-        return self._verdict(index, node, None, opset=opset, assumes=scope.assumes)
+        return self._verdict(index, node, None, opset=opset, assumes=self._notes)
 
 
 # --- the public entry ------------------------------------------------------------------------------------

@@ -5,22 +5,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from onnx import NodeProto
+from onnx import NodeProto, TensorProto
 
 from glowpy.errors import GlowpyError, InvalidModel, UnsupportedAttribute, UnsupportedShape
-from glowpy.importer.table import OnnxOp, attribute_values, require_const_operand
+from glowpy.importer.table import OnnxOp, attribute_values, require_const_operand, schema_defaults
 from glowpy.ir.graph import Value
 
 if TYPE_CHECKING:
-    from glowpy.importer.onnx_import import Importer
+    from glowpy.importer.walk import Host
 
 
 class NodeContext:
-    """One ONNX node being lowered onto IR ops."""
+    """One ONNX node being lowered onto IR ops, through the walk's host (which builds a graph, or
+    only records types)."""
 
-    def __init__(self, importer: Importer, node: NodeProto, entry: OnnxOp, opset: int, name: str) -> None:
-        self.importer = importer
-        self.graph = importer.graph
+    def __init__(self, host: Host, node: NodeProto, entry: OnnxOp, opset: int, name: str) -> None:
+        self.host = host
         self.node = node
         self.entry = entry
         self.opset = opset
@@ -38,7 +38,13 @@ class NodeContext:
     # --- attributes and operands --------------------------------------------------------------
 
     def attr(self, key: str, default: Any = None) -> Any:
-        return self.attrs.get(key, default)
+        """The attribute's value; when absent, `default` if given, else the ONNX schema's default at this
+        node's opset (None when the schema has none)."""
+        if key in self.attrs:
+            return self.attrs[key]
+        if default is not None:
+            return default
+        return schema_defaults(self.node.domain, self.node.op_type, self.opset).get(key)
 
     @property
     def num_inputs(self) -> int:
@@ -50,7 +56,7 @@ class NodeContext:
     def input(self, i: int) -> Value:
         if not self.has_input(i):
             raise self.error(InvalidModel, f"required input {i} is missing")
-        return self.importer.value_of(self.node.input[i], self)
+        return self.host.value(self.node.input[i], self)
 
     def inputs(self) -> list[Value]:
         return [self.input(i) for i in range(len(self.node.input)) if self.has_input(i)]
@@ -61,7 +67,7 @@ class NodeContext:
             return default
         require_const_operand(self.entry, i, node=self.name, opset=self.opset)
         v = self.input(i)
-        data = self.importer.evaluate(v)
+        data = self.host.compile_time_value(self, i, v)
         if data is None:
             raise self.error(UnsupportedShape, f"input {i} ('{v.name}') must be known at compile time",
                              expected="a constant or a value computed from constants", found="a runtime value")
@@ -76,29 +82,37 @@ class NodeContext:
         self.input(i)
         return self.const_ints(i)
 
+    def known(self, i: int) -> np.ndarray | None:
+        """Operand i's value where it is known without reading a weight (for checks only: a converter
+        must not depend on it to decide what it emits)."""
+        return self.host.known_value(self.input(i)) if self.has_input(i) else None
+
     # --- emitting -----------------------------------------------------------------------------
 
     def emit(self, op: str, inputs: list[Value], attrs: dict[str, Any] | None = None) -> list[Value]:
-        """Append an IR node (named after this ONNX node) and return its outputs."""
+        """Append an IR node (named after this ONNX node) and return its outputs. An attribute whose
+        value is None is left out: the IR op's default applies (an ONNX attribute the node's opset lacks)."""
+        if attrs:
+            attrs = {k: v for k, v in attrs.items() if v is not None}
         try:
-            node = self.graph.add_node(op, inputs, attrs, name=self.name)
+            return self.host.emit(self, op, inputs, attrs)
         except GlowpyError as e:
             raise e.at(node=self.name, op=self.node.op_type, opset=self.opset)
-        return list(node.outputs)
 
     def emit1(self, op: str, inputs: list[Value], attrs: dict[str, Any] | None = None) -> Value:
         return self.emit(op, inputs, attrs)[0]
 
     def constant(self, data: np.ndarray, suffix: str = "const") -> Value:
-        return self.graph.add_constant(f"{self.name}.{suffix}", np.asarray(data), unique=True)
+        return self.host.constant(self, np.asarray(data), suffix)
 
     def output_constant(self, i: int, data: np.ndarray) -> Value:
         """A constant that is this node's ONNX output i, named after that output when the name is free
         (so a graph output produced by Constant / Shape / ConstantOfShape keeps its ONNX name)."""
-        out = self.node.output[i] if i < len(self.node.output) else ""
-        if out and not self.graph.has_name(out):
-            return self.graph.add_constant(out, np.asarray(data))
-        return self.constant(data, f"output{i}")
+        return self.host.output_constant(self, i, np.asarray(data))
+
+    def tensor_constant(self, i: int, tensor: TensorProto) -> Value:
+        """Output i holding an attribute's tensor (the host decides whether to read its payload)."""
+        return self.host.tensor_constant(self, i, tensor)
 
     def axis(self, axis: int, rank: int) -> int:
         if not -rank <= axis < rank:

@@ -27,47 +27,29 @@ from glowpy.importer.table import (
     TENSOR,
     Rule,
     equals,
+    mirror,
+    mirror_declared,
     one_of,
     onnx_op,
 )
 from glowpy.ir.graph import Value
-from glowpy.ir.types import ALL_TYPES, FLOAT_TYPES, NUMERIC_TYPES, dtype_from_onnx, is_supported_onnx_dtype
+from glowpy.ir.types import ALL_TYPES, NUMERIC_TYPES, dtype_from_onnx, is_supported_onnx_dtype
 
 # --- elementwise ---------------------------------------------------------------------------------
 
-_UNARY = {
-    "Relu": NUMERIC_TYPES, "Sigmoid": FLOAT_TYPES, "Tanh": FLOAT_TYPES, "Exp": FLOAT_TYPES, "Log": FLOAT_TYPES,
-    "Sqrt": FLOAT_TYPES, "Erf": FLOAT_TYPES, "Neg": NUMERIC_TYPES, "Abs": NUMERIC_TYPES,
-    "Reciprocal": FLOAT_TYPES, "Softplus": FLOAT_TYPES, "Identity": ALL_TYPES,
-}
-
-
-def _plain_unary(op_type: str) -> None:
-    @onnx_op(op_type, dtypes=_UNARY[op_type])
-    def convert(ctx: NodeContext) -> list[Value]:
-        return ctx.emit(op_type, [ctx.input(0)])
-
-
-for _name in _UNARY:
-    _plain_unary(_name)
-
-
-@onnx_op("LeakyRelu", attrs={"alpha": FLOAT})
-def leaky_relu(ctx: NodeContext) -> list[Value]:
-    return ctx.emit("LeakyRelu", [ctx.input(0)], {"alpha": ctx.attr("alpha", 0.01)})
-
-
-@onnx_op("HardSigmoid", attrs={"alpha": FLOAT, "beta": FLOAT})
-def hard_sigmoid(ctx: NodeContext) -> list[Value]:
-    return ctx.emit("HardSigmoid", [ctx.input(0)], {"alpha": ctx.attr("alpha", 0.2), "beta": ctx.attr("beta", 0.5)})
+# ONNX ops that IR ops mirror one to one (the IR op of the same name; see table.mirror).
+for _name in ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Neg", "Abs", "Reciprocal", "Softplus",
+              "Identity", "LeakyRelu", "HardSigmoid", "Add", "Sub", "Mul", "Div", "Greater", "Less", "Equal", "Where",
+              "GlobalAveragePool", "GlobalMaxPool", "MatMul"):
+    mirror(_name)
 
 
 @onnx_op("Gelu", attrs={"approximate": one_of("none", "tanh")}, since=20)
 def gelu(ctx: NodeContext) -> list[Value]:
-    return ctx.emit("Gelu", [ctx.input(0)], {"approximate": ctx.attr("approximate", "none")})
+    return ctx.emit("Gelu", [ctx.input(0)], {"approximate": ctx.attr("approximate")})
 
 
-@onnx_op("Clip", attrs={"min": FLOAT, "max": FLOAT}, dtypes=NUMERIC_TYPES, const_inputs=(1, 2), value_inputs=(1, 2))
+@onnx_op("Clip", attrs={"min": FLOAT, "max": FLOAT}, const_inputs=(1, 2), value_inputs=(1, 2))
 def clip(ctx: NodeContext) -> list[Value]:
     if ctx.opset < 11:
         lo, hi = ctx.attr("min", -math.inf), ctx.attr("max", math.inf)
@@ -101,23 +83,12 @@ def _cast_target(ctx: NodeContext, to: int) -> np.dtype:
     return dtype_from_onnx(to)
 
 
-@onnx_op("Cast", attrs={"to": INT, "saturate": IGNORED, "round_mode": one_of("up")}, dtypes=ALL_TYPES)
+@onnx_op("Cast", attrs={"to": INT, "saturate": IGNORED, "round_mode": one_of("up")})
 def cast(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Cast", [ctx.input(0)], {"to": _cast_target(ctx, ctx.attr("to"))})
 
 
-def _binary(op_type: str, dtypes=NUMERIC_TYPES) -> None:
-    @onnx_op(op_type, dtypes=dtypes)
-    def convert(ctx: NodeContext) -> list[Value]:
-        return ctx.emit(op_type, [ctx.input(0), ctx.input(1)])
-
-
-for _name in ("Add", "Sub", "Mul", "Div", "Greater", "Less"):
-    _binary(_name)
-_binary("Equal", ALL_TYPES)
-
-
-@onnx_op("Pow", dtypes=NUMERIC_TYPES)
+@onnx_op("Pow")
 def pow_(ctx: NodeContext) -> list[Value]:
     base, exp = ctx.input(0), ctx.input(1)
     if exp.dtype == base.dtype:
@@ -152,11 +123,6 @@ _variadic("Max", "Max")
 _variadic("Min", "Min")
 
 
-@onnx_op("Where", dtypes=frozenset({np.dtype(np.bool_)}))
-def where(ctx: NodeContext) -> list[Value]:
-    return ctx.emit("Where", [ctx.input(0), ctx.input(1), ctx.input(2)])
-
-
 # --- constants -----------------------------------------------------------------------------------
 
 
@@ -174,7 +140,7 @@ def constant(ctx: NodeContext) -> list[Value]:
         if not is_supported_onnx_dtype(val.data_type):
             raise ctx.error(UnsupportedDatatype, "constant element type not supported",
                             found=onnx.TensorProto.DataType.Name(val.data_type))
-        data = numpy_helper.to_array(val, ctx.importer.base_dir or "")
+        return [ctx.tensor_constant(0, val)]
     else:
         dtype = np.float32 if "float" in key else np.int64
         data = np.array(val, dtype=dtype)
@@ -210,7 +176,7 @@ def spatial_pads(ctx: NodeContext, in_sp: tuple[int, ...], kernel: tuple[int, ..
                  output_padding: tuple[int, ...] | None = None) -> tuple[int, ...]:
     """Explicit (begins..., ends...) pads, with auto_pad resolved."""
     n = len(in_sp)
-    auto = ctx.attr("auto_pad", "NOTSET")
+    auto = ctx.attr("auto_pad")
     if auto in ("NOTSET", ""):
         pads = tuple(ctx.attr("pads", [0] * (2 * n)))
         if len(pads) != 2 * n:
@@ -260,20 +226,20 @@ def conv(ctx: NodeContext) -> list[Value]:
     strides, dilations = _spatial_attrs(ctx, x, kernel)
     pads = spatial_pads(ctx, x.shape[2:], kernel, strides, dilations)
     b = ctx.input(2) if ctx.has_input(2) else ctx.constant(np.zeros(w.shape[0], dtype=x.dtype), "bias")
-    return ctx.emit("Conv", [x, w, b], {"group": ctx.attr("group", 1), "strides": strides, "pads": pads,
+    return ctx.emit("Conv", [x, w, b], {"group": ctx.attr("group"), "strides": strides, "pads": pads,
                                         "dilations": dilations})
 
 
 @onnx_op("ConvTranspose", attrs={**_CONV_ATTRS, "output_padding": NON_NEGATIVE_INTS, "output_shape": POSITIVE_INTS})
 def conv_transpose(ctx: NodeContext) -> list[Value]:
     x, w = ctx.input(0), ctx.input(1)
-    g = ctx.attr("group", 1)
+    g = ctx.attr("group")
     kernel = tuple(ctx.attr("kernel_shape", w.shape[2:]))
     strides, dilations = _spatial_attrs(ctx, x, kernel)
     n = len(kernel)
     out_pad = tuple(ctx.attr("output_padding", [0] * n))
     in_sp = x.shape[2:]
-    auto = ctx.attr("auto_pad", "NOTSET")
+    auto = ctx.attr("auto_pad")
     m = w.shape[1] * g
     b = ctx.input(2) if ctx.has_input(2) else None
     attrs = {"group": g, "strides": strides, "dilations": dilations, "output_padding": out_pad}
@@ -313,7 +279,7 @@ def _pool(op_type: str, extra: dict[str, Rule]) -> None:
     attrs = {"auto_pad": AUTO_PAD, "kernel_shape": POSITIVE_INTS, "pads": NON_NEGATIVE_INTS, "strides": POSITIVE_INTS,
              "ceil_mode": BOOL_INT, **extra}
 
-    @onnx_op(op_type, attrs=attrs, dtypes=FLOAT_TYPES if op_type == "AveragePool" else NUMERIC_TYPES)
+    @onnx_op(op_type, attrs=attrs)
     def convert(ctx: NodeContext) -> list[Value]:
         x = ctx.input(0)
         if "kernel_shape" not in ctx.attrs:
@@ -321,29 +287,19 @@ def _pool(op_type: str, extra: dict[str, Rule]) -> None:
         kernel = tuple(ctx.attr("kernel_shape"))
         strides, dilations = _spatial_attrs(ctx, x, kernel)
         pads = spatial_pads(ctx, x.shape[2:], kernel, strides, dilations)
-        attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ctx.attr("ceil_mode", 0)}
+        attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ctx.attr("ceil_mode")}
         if op_type == "MaxPool":
             attrs["dilations"] = dilations
         else:
             if any(d != 1 for d in dilations):
                 raise ctx.unsupported("dilated AveragePool is not supported", expected="dilations of 1",
                                       found=list(dilations))
-            attrs["count_include_pad"] = ctx.attr("count_include_pad", 0)
+            attrs["count_include_pad"] = ctx.attr("count_include_pad")
         return ctx.emit(op_type, [x], attrs)
 
 
 _pool("MaxPool", {"dilations": POSITIVE_INTS, "storage_order": equals(0, "row major")})
 _pool("AveragePool", {"count_include_pad": BOOL_INT, "dilations": POSITIVE_INTS})
-
-
-@onnx_op("GlobalAveragePool")
-def global_average_pool(ctx: NodeContext) -> list[Value]:
-    return ctx.emit("GlobalAveragePool", [ctx.input(0)])
-
-
-@onnx_op("GlobalMaxPool", dtypes=NUMERIC_TYPES)
-def global_max_pool(ctx: NodeContext) -> list[Value]:
-    return ctx.emit("GlobalMaxPool", [ctx.input(0)])
 
 
 # --- normalization -------------------------------------------------------------------------------
@@ -355,15 +311,15 @@ def batch_norm(ctx: NodeContext) -> list[Value]:
     if len([o for o in ctx.node.output if o]) > 1:
         raise ctx.unsupported("training outputs (running mean/var) are not supported", expected="1 output",
                               found=len(ctx.node.output))
-    return ctx.emit("BatchNormalization", [ctx.input(i) for i in range(5)], {"epsilon": ctx.attr("epsilon", 1e-5)})
+    return ctx.emit("BatchNormalization", [ctx.input(i) for i in range(5)], {"epsilon": ctx.attr("epsilon")})
 
 
 @onnx_op("LRN", attrs={"size": POSITIVE, "alpha": FLOAT, "beta": FLOAT, "bias": FLOAT})
 def lrn(ctx: NodeContext) -> list[Value]:
     if "size" not in ctx.attrs:
         raise ctx.unsupported("'size' is required")
-    return ctx.emit("LRN", [ctx.input(0)], {"size": ctx.attr("size"), "alpha": ctx.attr("alpha", 1e-4),
-                                            "beta": ctx.attr("beta", 0.75), "bias": ctx.attr("bias", 1.0)})
+    return ctx.emit("LRN", [ctx.input(0)], {"size": ctx.attr("size"), "alpha": ctx.attr("alpha"),
+                                            "beta": ctx.attr("beta"), "bias": ctx.attr("bias")})
 
 
 @onnx_op("LayerNormalization", attrs={"axis": INT, "epsilon": FLOAT, "stash_type": equals(1, "float32 stash")},
@@ -373,9 +329,9 @@ def layer_norm(ctx: NodeContext) -> list[Value]:
         raise ctx.unsupported("Mean / InvStdDev outputs are not supported", expected="1 output",
                               found=len(ctx.node.output))
     x = ctx.input(0)
-    axis = ctx.axis(ctx.attr("axis", -1), x.type.rank)
+    axis = ctx.axis(ctx.attr("axis"), x.type.rank)
     ins = [x, ctx.input(1)] + ([ctx.input(2)] if ctx.has_input(2) else [])
-    return ctx.emit("LayerNormalization", ins, {"axis": axis, "epsilon": ctx.attr("epsilon", 1e-5)})
+    return ctx.emit("LayerNormalization", ins, {"axis": axis, "epsilon": ctx.attr("epsilon")})
 
 
 def _softmax(op_type: str) -> None:
@@ -384,9 +340,9 @@ def _softmax(op_type: str) -> None:
         x = ctx.input(0)
         r = x.type.rank
         if ctx.opset >= 13:
-            return ctx.emit(op_type, [x], {"axis": ctx.axis(ctx.attr("axis", -1), r)})
+            return ctx.emit(op_type, [x], {"axis": ctx.axis(ctx.attr("axis"), r)})
         # Before opset 13 the input is coerced to 2-D at `axis` and normalized over the second dim.
-        axis = ctx.axis(ctx.attr("axis", 1), r)
+        axis = ctx.axis(ctx.attr("axis"), r)
         if axis == r - 1:
             return ctx.emit(op_type, [x], {"axis": axis})
         rows = math.prod(x.shape[:axis])
@@ -406,13 +362,8 @@ _softmax("LogSoftmax")
                         "broadcast": IGNORED})
 def gemm(ctx: NodeContext) -> list[Value]:
     ins = [ctx.input(0), ctx.input(1)] + ([ctx.input(2)] if ctx.has_input(2) else [])
-    return ctx.emit("Gemm", ins, {"alpha": ctx.attr("alpha", 1.0), "beta": ctx.attr("beta", 1.0),
-                                  "transA": ctx.attr("transA", 0), "transB": ctx.attr("transB", 0)})
-
-
-@onnx_op("MatMul", dtypes=NUMERIC_TYPES)
-def matmul(ctx: NodeContext) -> list[Value]:
-    return ctx.emit("MatMul", [ctx.input(0), ctx.input(1)])
+    return ctx.emit("Gemm", ins, {"alpha": ctx.attr("alpha"), "beta": ctx.attr("beta"),
+                                  "transA": ctx.attr("transA"), "transB": ctx.attr("transB")})
 
 
 # --- shapes and data movement ---------------------------------------------------------------------
@@ -432,10 +383,10 @@ def reshape_target(ctx: NodeContext, x: Value, spec: tuple[int, ...], allowzero:
     return tuple(out)
 
 
-@onnx_op("Reshape", attrs={"allowzero": BOOL_INT}, dtypes=ALL_TYPES, const_inputs=(1,), output_shape_input=1)
+@onnx_op("Reshape", attrs={"allowzero": BOOL_INT}, const_inputs=(1,), output_shape_input=1)
 def reshape(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
-    shape = reshape_target(ctx, x, ctx.required_ints(1), ctx.attr("allowzero", 0))
+    shape = reshape_target(ctx, x, ctx.required_ints(1), ctx.attr("allowzero"))
     return ctx.emit("Reshape", [x], {"shape": shape})
 
 
@@ -443,7 +394,7 @@ def reshape(ctx: NodeContext) -> list[Value]:
 def flatten(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     r = x.type.rank
-    axis = ctx.attr("axis", 1)
+    axis = ctx.attr("axis")
     if not -r <= axis <= r:
         raise ctx.unsupported("axis out of range", expected=f"-{r}..{r}", found=axis)
     axis = axis + r if axis < 0 else axis
@@ -491,14 +442,14 @@ def unsqueeze(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Reshape", [x], {"shape": tuple(shape)})
 
 
-@onnx_op("Transpose", attrs={"perm": INTS}, dtypes=ALL_TYPES)
+@onnx_op("Transpose", attrs={"perm": INTS})
 def transpose(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     perm = tuple(ctx.attr("perm", list(range(x.type.rank))[::-1]))
     return ctx.emit("Transpose", [x], {"perm": tuple(p % x.type.rank if x.type.rank else p for p in perm)})
 
 
-@onnx_op("Concat", attrs={"axis": INT}, dtypes=ALL_TYPES)
+@onnx_op("Concat", attrs={"axis": INT})
 def concat(ctx: NodeContext) -> list[Value]:
     xs = ctx.inputs()
     if "axis" not in ctx.attrs:
@@ -506,11 +457,11 @@ def concat(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Concat", xs, {"axis": ctx.axis(ctx.attr("axis"), xs[0].type.rank)})
 
 
-@onnx_op("Split", attrs={"axis": INT, "split": POSITIVE_INTS, "num_outputs": POSITIVE}, dtypes=ALL_TYPES,
+@onnx_op("Split", attrs={"axis": INT, "split": POSITIVE_INTS, "num_outputs": POSITIVE},
          const_inputs=(1,), max_outputs=1 << 16)
 def split(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
-    axis = ctx.axis(ctx.attr("axis", 0), x.type.rank)
+    axis = ctx.axis(ctx.attr("axis"), x.type.rank)
     dim = x.shape[axis]
     sizes = ctx.const_ints(1) if ctx.opset >= 13 else (tuple(ctx.attr("split")) if ctx.attr("split") else None)
     n = len(ctx.node.output)
@@ -524,7 +475,7 @@ def split(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Split", [x], {"axis": axis, "split": tuple(sizes)})
 
 
-@onnx_op("Slice", attrs={"starts": INTS, "ends": INTS, "axes": INTS}, dtypes=ALL_TYPES, const_inputs=(1, 2, 3, 4))
+@onnx_op("Slice", attrs={"starts": INTS, "ends": INTS, "axes": INTS}, const_inputs=(1, 2, 3, 4))
 def slice_(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     r = x.type.rank
@@ -565,18 +516,18 @@ def slice_(ctx: NodeContext) -> list[Value]:
                                    "steps": tuple(out_st)})
 
 
-@onnx_op("Gather", attrs={"axis": INT}, dtypes=ALL_TYPES)
+@onnx_op("Gather", attrs={"axis": INT})
 def gather(ctx: NodeContext) -> list[Value]:
     x, idx = ctx.input(0), ctx.input(1)
-    axis = ctx.axis(ctx.attr("axis", 0), x.type.rank)
-    data = ctx.importer.evaluate(idx)
+    axis = ctx.axis(ctx.attr("axis"), x.type.rank)
+    data = ctx.known(1)
     if data is not None and ((data >= x.shape[axis]) | (data < -x.shape[axis])).any():
         raise ctx.error(InvalidModel, "gather index out of range", expected=f"-{x.shape[axis]}..{x.shape[axis] - 1}",
                         found=int(data.max()))
     return ctx.emit("Gather", [x, idx], {"axis": axis})
 
 
-@onnx_op("Expand", dtypes=ALL_TYPES, const_inputs=(1,), since=8, output_shape_input=1)
+@onnx_op("Expand", const_inputs=(1,), since=8, output_shape_input=1)
 def expand(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Expand", [ctx.input(0)], {"shape": ctx.required_ints(1)})
 
@@ -585,7 +536,7 @@ def expand(ctx: NodeContext) -> list[Value]:
 def shape(ctx: NodeContext) -> list[Value]:
     # Shapes are static: the result is a fact of the input type, a constant from the start.
     dims = ctx.input(0).shape
-    start, end = ctx.attr("start", 0), ctx.attr("end", len(dims))
+    start, end = ctx.attr("start"), ctx.attr("end", len(dims))
     return [ctx.output_constant(0, np.array(dims[slice(start, end)], dtype=np.int64))]
 
 
@@ -595,7 +546,7 @@ def pad(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     r = x.type.rank
     if ctx.opset < 11:
-        pads, value, axes = ctx.attr("pads"), ctx.attr("value", 0.0), None
+        pads, value, axes = ctx.attr("pads"), ctx.attr("value"), None
     else:
         pads = ctx.const_ints(1)
         cv = ctx.const(2)
@@ -614,7 +565,7 @@ def pad(ctx: NodeContext) -> list[Value]:
         pads = full
     if len(pads) != 2 * r:
         raise ctx.unsupported("pads needs begin and end per dim", expected=2 * r, found=len(pads))
-    return ctx.emit("Pad", [x], {"pads": tuple(pads), "mode": ctx.attr("mode", "constant"), "value": float(value)})
+    return ctx.emit("Pad", [x], {"pads": tuple(pads), "mode": ctx.attr("mode"), "value": float(value)})
 
 
 # --- reductions ----------------------------------------------------------------------------------
@@ -622,16 +573,16 @@ def pad(ctx: NodeContext) -> list[Value]:
 
 def _reduce(op_type: str, axes_input_since: int) -> None:
     @onnx_op(op_type, attrs={"axes": INTS, "keepdims": BOOL_INT, "noop_with_empty_axes": BOOL_INT},
-             dtypes=NUMERIC_TYPES, const_inputs=(1,))
+             const_inputs=(1,))
     def convert(ctx: NodeContext) -> list[Value]:
         x = ctx.input(0)
         axes = _axes_operand(ctx, axes_input_since)
         if not axes:
-            if ctx.attr("noop_with_empty_axes", 0):
+            if ctx.attr("noop_with_empty_axes"):
                 return ctx.emit("Identity", [x])
             axes = tuple(range(x.type.rank))
         axes = tuple(sorted({ctx.axis(a, x.type.rank) for a in axes}))
-        return ctx.emit(op_type, [x], {"axes": axes, "keepdims": ctx.attr("keepdims", 1)})
+        return ctx.emit(op_type, [x], {"axes": axes, "keepdims": ctx.attr("keepdims")})
 
 
 _reduce("ReduceSum", 13)
@@ -639,10 +590,12 @@ _reduce("ReduceMean", 18)
 _reduce("ReduceMax", 18)
 
 
-@onnx_op("ArgMax", attrs={"axis": INT, "keepdims": BOOL_INT, "select_last_index": BOOL_INT}, dtypes=NUMERIC_TYPES)
+@onnx_op("ArgMax", attrs={"axis": INT, "keepdims": BOOL_INT, "select_last_index": BOOL_INT})
 def argmax(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
-    return ctx.emit("ArgMax", [x], {"axis": ctx.axis(ctx.attr("axis", 0), x.type.rank),
-                                    "keepdims": ctx.attr("keepdims", 1),
-                                    "select_last_index": ctx.attr("select_last_index", 0)})
+    return ctx.emit("ArgMax", [x], {"axis": ctx.axis(ctx.attr("axis"), x.type.rank),
+                                    "keepdims": ctx.attr("keepdims"),
+                                    "select_last_index": ctx.attr("select_last_index")})
 
+
+mirror_declared()  # after every explicit row: a dedicated row wins

@@ -1,9 +1,13 @@
 """The ONNX op table: what glowpy accepts, declared once per ONNX op.
 
 Each entry names the ONNX op, the opsets glowpy handles, a rule for every attribute it
-understands, the element types it accepts for its main operand, which operands must be known at
-compile time, and the converter that emits IR. The full importer and the cheap compatibility
-path both read these entries (`check_node` is the shared gate), so they cannot drift.
+understands, the element types it accepts for its main operand (by default those of the IR op of
+the same name), which operands must be known at compile time, and the converter that emits IR.
+An ONNX op an IR op mirrors one to one needs no converter: `mirror` makes its row from the IR op
+(ops.py calls `mirror_declared` for every IR op declared with `onnx=`). The importer's walk reads these
+entries with both of its hosts (`check_node` is the shared gate), so the graph builder and the
+compatibility check cannot drift. An ONNX op with no entry imports through its function body, if
+it has one (functions.py).
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ from onnx import AttributeProto, NodeProto
 
 from glowpy.errors import (
     InternalError,
+    InvalidModel,
     UnsupportedAttribute,
     UnsupportedDatatype,
     UnsupportedOperator,
     UnsupportedVersion,
 )
+from glowpy.ir.ops import OPS
+from glowpy.ir.ops.registry import to_python
 from glowpy.ir.types import ALL_TYPES, FLOAT_TYPES, NUMERIC_TYPES
 
 if TYPE_CHECKING:
@@ -78,7 +85,8 @@ class OnnxOp:
     op_type: str
     convert: Converter
     attrs: dict[str, Rule] = field(default_factory=dict)
-    dtypes: frozenset = FLOAT_TYPES
+    # Element types of the main operand; None: those of the IR op of the same name (else float types).
+    dtypes: frozenset | None = None
     since: int = MIN_OPSET  # lowest opset (of the op's domain) glowpy handles
     domain: str = ""
     const_inputs: tuple[int, ...] = ()  # operands whose value is needed at compile time
@@ -92,6 +100,9 @@ class OnnxOp:
     output_shape_input: int | None = None
 
     def __post_init__(self) -> None:
+        if self.dtypes is None:
+            opdef = OPS.get(self.op_type)
+            object.__setattr__(self, "dtypes", opdef.dtypes if opdef is not None else FLOAT_TYPES)
         roles = set(self.value_inputs) | ({self.output_shape_input} if self.output_shape_input is not None else set())
         if not roles <= set(self.const_inputs):
             raise InternalError(f"op table row {self.op_type}: value_inputs / output_shape_input must be listed in "
@@ -110,6 +121,55 @@ def onnx_op(op_type: str, **kwargs: Any) -> Callable[[Converter], Converter]:
         return fn
 
     return wrap
+
+
+_PY_TYPES = {AttributeProto.FLOAT: Rule(lambda v: isinstance(v, float), "a float"),
+             AttributeProto.INT: Rule(lambda v: isinstance(v, int), "an integer"),
+             AttributeProto.STRING: Rule(lambda v: isinstance(v, str), "a string"),
+             AttributeProto.FLOATS: Rule(lambda v: isinstance(v, list) and all(isinstance(x, float) for x in v),
+                                         "a list of floats"),
+             AttributeProto.INTS: Rule(lambda v: isinstance(v, list) and all(isinstance(x, int) for x in v),
+                                       "a list of integers")}
+
+
+def mirror(ir_op: str, op_type: str | None = None) -> OnnxOp:
+    """Register the row of an ONNX op that IR op `ir_op` mirrors one to one (`OpDef.onnx`, else its own
+    name): operands and attributes pass straight through, element types are the IR op's, an attribute
+    is accepted if the IR op declares it (its type from the ONNX schema, its value checked by the IR
+    op), and the opsets are those from which on the schema's attributes are all the IR op's."""
+    opdef = OPS[ir_op]
+    op_type = op_type or opdef.onnx or ir_op
+    schema = onnx.defs.get_schema(op_type, MAX_OPSET, "")
+    attrs = {k: _PY_TYPES.get(a.type, ANY) for k, a in schema.attributes.items() if k in opdef.attrs}
+    since, ver = schema.since_version, schema.since_version - 1
+    while ver >= MIN_OPSET:
+        try:
+            older = onnx.defs.get_schema(op_type, ver, "")
+        except onnx.defs.SchemaError:
+            break
+        if not set(older.attributes) <= set(opdef.attrs):
+            break
+        since, ver = older.since_version, older.since_version - 1
+
+    lo, hi = opdef.inputs
+
+    def convert(ctx: NodeContext) -> list[Value]:
+        inputs = ctx.inputs()
+        if len(inputs) < lo or (hi is not None and len(inputs) > hi):
+            raise ctx.error(InvalidModel, "wrong number of inputs", expected=f"{lo}..{hi if hi is not None else 'n'}",
+                            found=len(inputs))
+        return ctx.emit(ir_op, inputs, {k: tuple(v) if isinstance(v, list) else v for k, v in ctx.attrs.items()})
+
+    entry = OnnxOp(op_type, convert, attrs, opdef.dtypes, since=max(since, MIN_OPSET))
+    TABLE[("", op_type)] = entry
+    return entry
+
+
+def mirror_declared() -> None:
+    """Rows for every IR op declared with `onnx=` that has no row of its own."""
+    for opdef in list(OPS.values()):
+        if opdef.onnx is not None and ("", opdef.onnx) not in TABLE:
+            mirror(opdef.name)
 
 
 def require_const_operand(entry: OnnxOp, index: int, *, node: str | None = None, opset: int | None = None) -> None:
@@ -158,6 +218,25 @@ def attribute_values(node: NodeProto) -> dict[str, Any]:
     return out
 
 
+_SCHEMA_DEFAULTS: dict[tuple[str, str, int], dict[str, Any]] = {}
+
+
+def schema_defaults(domain: str, op_type: str, opset: int) -> dict[str, Any]:
+    """The attribute defaults of an ONNX op's schema at `opset` (empty when onnx knows no schema)."""
+    key = (domain, op_type, opset)
+    found = _SCHEMA_DEFAULTS.get(key)
+    if found is None:
+        try:
+            schema = onnx.defs.get_schema(op_type, opset, normalize_domain(domain))
+        except onnx.defs.SchemaError:
+            found = {}
+        else:
+            found = {k: to_python(onnx.helper.get_attribute_value(a.default_value))
+                     for k, a in schema.attributes.items() if a.default_value.type}
+        _SCHEMA_DEFAULTS[key] = found
+    return found
+
+
 def check_node(node: NodeProto, opsets: dict[str, int], input_dtypes: list[np.dtype | None]) -> tuple[OnnxOp, int]:
     """The shared gate: op, domain, opset, every attribute, the main operand's element type.
 
@@ -187,5 +266,5 @@ def check_node(node: NodeProto, opsets: dict[str, int], input_dtypes: list[np.dt
 __all__ = [
     "ALL_TYPES", "ANY", "AUTO_PAD", "BOOL_INT", "FLOAT", "IGNORED", "INT", "INTS", "NON_NEGATIVE",
     "NON_NEGATIVE_INTS", "NUMERIC_TYPES", "POSITIVE", "POSITIVE_FLOAT", "POSITIVE_INTS", "TABLE", "TENSOR",
-    "OnnxOp", "Rule", "check_node", "equals", "lookup", "one_of", "onnx_op", "require_const_operand",
+    "OnnxOp", "Rule", "check_node", "mirror", "mirror_declared", "schema_defaults", "equals", "lookup", "one_of", "onnx_op", "require_const_operand",
 ]

@@ -1,7 +1,8 @@
 """The node-level IR: values, nodes and graphs.
 
 A `Graph` holds placeholders (`inputs`), weights (`constants`, numpy arrays kept by reference),
-`nodes` in topological order and `outputs`. Every `Value` has a static `TensorType`, knows the node
+`nodes` in topological order (a `NodeList`: O(1) insertion and removal anywhere, O(1) amortised
+order comparison) and `outputs`. Every `Value` has a static `TensorType`, knows the node
 that produces it (None for placeholders and constants) and the nodes that use it. Passes rewrite a
 graph through the small mutation API here (`add_node`, `replace_all_uses`, `remove_node`, ...),
 which keeps use lists right; `verify()` re-derives everything and raises on any inconsistency.
@@ -9,10 +10,10 @@ which keeps use lists right; `verify()` re-derives everything and raises on any 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import heapq
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-import networkx as nx
 import numpy as np
 
 from glowpy.errors import GlowpyError, InternalError, InvalidModel, MismatchingDatatype, MismatchingShape
@@ -54,7 +55,8 @@ class Value:
 class Node:
     """One op application. `attrs` is complete (defaults filled in from the op declaration)."""
 
-    __slots__ = ("op", "name", "inputs", "outputs", "attrs")
+    # _prev/_next/_key/_list: the node's place in its graph's NodeList (_list is None outside one).
+    __slots__ = ("op", "name", "inputs", "outputs", "attrs", "_prev", "_next", "_key", "_list")
 
     def __init__(self, op: str, name: str, inputs: list[Value], outputs: list[Value], attrs: dict[str, Any]) -> None:
         self.op = op
@@ -62,6 +64,12 @@ class Node:
         self.inputs = inputs
         self.outputs = outputs
         self.attrs = attrs
+        # None outside a list (not a ring of one: a self-cycle would leave a detached node, and
+        # the weights it holds, to the cyclic collector, which passes pause)
+        self._prev: Node | None = None
+        self._next: Node | None = None
+        self._key = 0
+        self._list: NodeList | None = None
 
     @property
     def opdef(self) -> OpDef:
@@ -78,12 +86,200 @@ class Node:
 
     def set_input(self, index: int, value: Value) -> None:
         old = self.inputs[index]
-        old.users.remove(self)
+        _drop_use(old.users, self)
         self.inputs[index] = value
         value.users.append(self)
 
     def __repr__(self) -> str:
         return f"<Node {self.name}: {self.op}>"
+
+
+# Space between the position keys of neighbours after a renumbering: that many halvings (inserts
+# at one spot) fit before the keys around that spot run out and the list is renumbered.
+_KEY_GAP = 1 << 40
+
+
+class NodeList:
+    """A graph's nodes in order: a doubly linked ring with a position key per node.
+
+    Insertion before or after a node, append and removal are O(1). Iterating survives removing the
+    current node or inserting around it (a removed node keeps its links, and iteration skips nodes
+    no longer in the list; nodes inserted after the current one are visited). `comes_before` and
+    `key` are O(1) amortised: a node inserted between two neighbours takes a key between theirs;
+    when there is no room the keys are marked stale and renumbered, all at once, at the next order
+    query. `index` and integer subscripts walk the list (O(n)): use them only outside passes.
+    """
+
+    __slots__ = ("_root", "_len", "_stale")
+
+    def __init__(self, nodes: Iterable[Node] = ()) -> None:
+        self._root = Node("<root>", "<root>", [], [], {})  # closes the ring: _next is the first node
+        self._root._prev = self._root._next = self._root
+        self._len = 0
+        self._stale = False
+        for n in nodes:
+            self.append(n)
+
+    # --- sequence ------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def __contains__(self, node: object) -> bool:
+        return isinstance(node, Node) and node._list is self
+
+    def __iter__(self) -> Iterator[Node]:
+        return self._walk("_next")
+
+    def __reversed__(self) -> Iterator[Node]:
+        return self._walk("_prev")
+
+    def _walk(self, link: str) -> Iterator[Node]:
+        root = self._root
+        cur = getattr(root, link)
+        while cur is not root:
+            if cur._list is self:  # skip nodes removed while the walk stood on them
+                yield cur
+            cur = getattr(cur, link)
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return list(self)[i]
+        if not -self._len <= i < self._len:
+            raise IndexError(f"node index {i} out of range for {self._len} nodes")
+        walk = iter(self) if i >= 0 else reversed(self)
+        for _ in range(i if i >= 0 else -i - 1):
+            next(walk)
+        return next(walk)
+
+    def __repr__(self) -> str:
+        return f"NodeList({list(self)!r})"
+
+    @property
+    def first(self) -> Node | None:
+        return None if self._root._next is self._root else self._root._next
+
+    @property
+    def last(self) -> Node | None:
+        return None if self._root._prev is self._root else self._root._prev
+
+    def after(self, node: Node) -> Node | None:
+        """The node that follows `node`, None at the end."""
+        self._check_member(node)
+        nxt = node._next
+        return None if nxt is self._root else nxt
+
+    def before(self, node: Node) -> Node | None:
+        """The node that precedes `node`, None at the start."""
+        self._check_member(node)
+        prv = node._prev
+        return None if prv is self._root else prv
+
+    # --- mutation ------------------------------------------------------------------------------
+
+    def append(self, node: Node) -> None:
+        self._link(node, self._root._prev, self._root)
+
+    def insert_before(self, anchor: Node, node: Node) -> None:
+        self._check_member(anchor)
+        self._link(node, anchor._prev, anchor)
+
+    def insert_after(self, anchor: Node, node: Node) -> None:
+        self._check_member(anchor)
+        self._link(node, anchor, anchor._next)
+
+    def insert(self, index: int, node: Node) -> None:
+        """Insert at position `index` (list.insert semantics; O(index))."""
+        if index < 0:
+            index = max(0, self._len + index)
+        if index >= self._len:
+            self.append(node)
+        else:
+            self.insert_before(self[index], node)
+
+    def remove(self, node: Node) -> None:
+        self._check_member(node)
+        prv, nxt = node._prev, node._next
+        prv._next = nxt
+        nxt._prev = prv
+        # node keeps _prev/_next so that an iterator standing on it can move on
+        node._list = None
+        self._len -= 1
+
+    def reorder(self, nodes: Sequence[Node]) -> None:
+        """Put the list's own nodes in the order of `nodes` (each exactly once)."""
+        if len(nodes) != self._len or len({id(n) for n in nodes}) != self._len or any(n._list is not self for n in nodes):
+            raise InternalError("reorder needs each node of the list exactly once", expected=self._len,
+                                found=len(nodes))
+        for n in nodes:
+            n._list = None
+        self._root._prev = self._root._next = self._root
+        self._len = 0
+        for n in nodes:
+            self.append(n)
+
+    # --- order ---------------------------------------------------------------------------------
+
+    def key(self, node: Node) -> int:
+        """A number that increases along the list (not a position: keys have gaps)."""
+        self._check_member(node)
+        if self._stale:
+            self._renumber()
+        return node._key
+
+    def comes_before(self, a: Node, b: Node) -> bool:
+        """Whether `a` stands before `b` (O(1) amortised)."""
+        return self.key(a) < self.key(b)
+
+    def index(self, node: Node) -> int:
+        """The position of `node` (O(n): passes compare with `comes_before` instead)."""
+        self._check_member(node)
+        for i, n in enumerate(self):
+            if n is node:
+                return i
+        raise InternalError("node list is inconsistent", node=node.name, op=node.op)  # unreachable
+
+    def _link(self, node: Node, prv: Node, nxt: Node) -> None:
+        if node._list is not None:
+            raise InternalError("node is already in a graph", node=node.name, op=node.op)
+        node._prev, node._next = prv, nxt
+        prv._next = node
+        nxt._prev = node
+        node._list = self
+        self._len += 1
+        if not self._stale:
+            root = self._root
+            if prv is root and nxt is root:
+                node._key = 0
+                return
+            lo = prv._key if prv is not root else nxt._key - 2 * _KEY_GAP
+            hi = nxt._key if nxt is not root else prv._key + 2 * _KEY_GAP
+            mid = (lo + hi) // 2
+            if lo < mid < hi:
+                node._key = mid
+            else:
+                self._stale = True
+
+    def _renumber(self) -> None:
+        for i, n in enumerate(self):
+            n._key = i * _KEY_GAP
+        self._stale = False
+
+    def _check_member(self, node: Node) -> None:
+        if node._list is not self:
+            raise InternalError("node is not in this graph", node=node.name, op=node.op)
+
+
+def _drop_use(users: list[Node], node: Node) -> None:
+    """Remove one use by `node`. The last use is checked first: dead-code removal walks the graph
+    backwards, so a value with thousands of users loses its latest one each time."""
+    if users and users[-1] is node:
+        users.pop()
+    else:
+        users.remove(node)
 
 
 def _fmt_attr(v: Any) -> str:
@@ -105,7 +301,7 @@ class Graph:
         self.name = name
         self.inputs: list[Value] = []
         self.constants: dict[str, Value] = {}
-        self.nodes: list[Node] = []
+        self.nodes = NodeList()
         self.outputs: list[Value] = []
         self._names: set[str] = set()  # value names
         self._node_names: set[str] = set()
@@ -156,9 +352,18 @@ class Graph:
         *,
         name: str | None = None,
         output_names: Sequence[str] | None = None,
+        before: Node | None = None,
+        after: Node | None = None,
         index: int | None = None,
     ) -> Node:
-        """Create a node, infer its output types, and insert it (at the end, or at `index`)."""
+        """Create a node, infer its output types, and insert it: at the end, or just `before` or
+        `after` a node of the graph (O(1)), or at position `index` (O(n) to find)."""
+        if sum(x is not None for x in (before, after, index)) > 1:
+            raise InternalError("add_node takes at most one of before, after and index", op=op,
+                                expected="one place", found=f"before={before}, after={after}, index={index}")
+        for anchor in (before, after):
+            if anchor is not None and anchor not in self.nodes:
+                raise InternalError("add_node anchor is not in this graph", node=anchor.name, op=anchor.op)
         opdef = get_op(op)
         name = self.unique_name(name or op.lower())
         self._node_names.add(name)
@@ -176,10 +381,14 @@ class Graph:
         node.outputs = [Value(self._claim(n), t, "node", producer=node) for n, t in zip(output_names, types)]
         for v in inputs:
             v.users.append(node)
-        if index is None:
-            self.nodes.append(node)
-        else:
+        if before is not None:
+            self.nodes.insert_before(before, node)
+        elif after is not None:
+            self.nodes.insert_after(after, node)
+        elif index is not None:
             self.nodes.insert(index, node)
+        else:
+            self.nodes.append(node)
         return node
 
     # --- rewriting ----------------------------------------------------------------------------
@@ -188,10 +397,13 @@ class Graph:
         """Point every use of `old` (node inputs and graph outputs) at `new`."""
         if old is new:
             return
-        for user in list(old.users):
+        # One entry per use: move them all at once (set_input per use would rescan the use list).
+        for user in dict.fromkeys(old.users):
             for i, v in enumerate(user.inputs):
                 if v is old:
-                    user.set_input(i, new)
+                    user.inputs[i] = new
+        new.users.extend(old.users)
+        old.users = []
         self.outputs = [new if v is old else v for v in self.outputs]
 
     def remove_node(self, node: Node) -> None:
@@ -200,7 +412,7 @@ class Graph:
             if out.users or any(o is out for o in self.outputs):
                 raise InternalError("removing a node whose output is still used", node=node.name, op=node.op)
         for v in node.inputs:
-            v.users.remove(node)
+            _drop_use(v.users, node)
         self.nodes.remove(node)
         for out in node.outputs:
             self._names.discard(out.name)
@@ -230,28 +442,43 @@ class Graph:
         for n in self.nodes:
             yield from n.outputs
 
-    def to_networkx(self) -> nx.MultiDiGraph:
-        g = nx.MultiDiGraph()
-        for n in self.nodes:
-            g.add_node(n.name)
-        for n in self.nodes:
-            for v in n.inputs:
-                if v.producer is not None:
-                    g.add_edge(v.producer.name, n.name)
-        return g
-
     def toposort(self) -> None:
         """Reorder `nodes` topologically (stable: keeps the current order where it is valid)."""
-        order = {n.name: i for i, n in enumerate(self.nodes)}
-        g = self.to_networkx()
-        try:
-            names = list(nx.lexicographical_topological_sort(g, key=lambda x: order[x]))
-        except nx.NetworkXUnfeasible:
-            cycle = [e[0] for e in nx.find_cycle(g)]
+        self.nodes.reorder(self._topological_order())
+
+    def _topological_order(self) -> list[Node]:
+        """Kahn's algorithm taking, of the ready nodes, the one that comes first now. A cycle
+        raises InvalidModel naming it, in dataflow order (`a -> b`: b uses a)."""
+        nodes = list(self.nodes)
+        pos = {id(n): i for i, n in enumerate(nodes)}
+        preds: list[list[int]] = [[pos[id(v.producer)] for v in n.inputs
+                                   if v.producer is not None and id(v.producer) in pos] for n in nodes]
+        succs: list[list[int]] = [[] for _ in nodes]
+        waiting = [len(p) for p in preds]
+        for i, p in enumerate(preds):
+            for j in p:
+                succs[j].append(i)
+        ready = [i for i, w in enumerate(waiting) if w == 0]
+        heapq.heapify(ready)
+        order: list[Node] = []
+        while ready:
+            i = heapq.heappop(ready)
+            order.append(nodes[i])
+            for j in succs[i]:
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    heapq.heappush(ready, j)
+        if len(order) < len(nodes):
+            # Every node left waits on another node left: walking back along those from any of them
+            # must come round to a node already seen, and the walk from there on is a cycle.
+            walk, seen = [next(i for i, w in enumerate(waiting) if w > 0)], {}
+            while walk[-1] not in seen:
+                seen[walk[-1]] = len(walk) - 1
+                walk.append(next(j for j in preds[walk[-1]] if waiting[j] > 0))
+            cycle = [nodes[i].name for i in reversed(walk[seen[walk[-1]]:-1])]
             raise InvalidModel("the graph has a cycle", node=cycle[0], expected="acyclic graph",
-                               found=" -> ".join(cycle + cycle[:1])) from None
-        by_name = {n.name: n for n in self.nodes}
-        self.nodes = [by_name[x] for x in names]
+                               found=" -> ".join(cycle + cycle[:1]))
+        return order
 
     def count_ops(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -289,6 +516,7 @@ class Graph:
                 raise MismatchingShape(f"constant '{v.name}' data does not match its type", expected=str(v.type),
                                        found=str(TensorType.of(v.data)))
         node_names: set[str] = set()
+        self._verify_node_list()
         order = {id(n): i for i, n in enumerate(self.nodes)}
         for idx, node in enumerate(self.nodes):
             if node.name in node_names:
@@ -330,12 +558,23 @@ class Graph:
                 raise InternalError(f"use list of '{v.name}' is stale", expected=uses.get(id(v), 0),
                                     found=len(v.users))
 
+    def _verify_node_list(self) -> None:
+        """The ring's links agree in both directions, its length is right, its keys increase."""
+        nl = self.nodes
+        root, cur, count, last_key = nl._root, nl._root._next, 0, None
+        while cur is not root:
+            if cur._list is not nl or cur._next._prev is not cur:
+                raise InternalError("node list links are broken", node=cur.name, op=cur.op)
+            if not nl._stale and last_key is not None and cur._key <= last_key:
+                raise InternalError("node list keys are out of order", node=cur.name, op=cur.op)
+            last_key = cur._key
+            count += 1
+            cur = cur._next
+        if count != len(nl):
+            raise InternalError("node list length is stale", expected=count, found=len(nl))
+
     def _raise_cycle_or_order(self, node: Node, v: Value) -> None:
-        g = self.to_networkx()
-        if not nx.is_directed_acyclic_graph(g):
-            cycle = [e[0] for e in nx.find_cycle(g)]
-            raise InvalidModel("the graph has a cycle", node=cycle[0], expected="acyclic graph",
-                               found=" -> ".join(cycle + cycle[:1]))
+        self._topological_order()  # raises when the misordering is a cycle
         raise InvalidModel(f"input '{v.name}' is used before the node that produces it", node=node.name, op=node.op)
 
     # --- printing -----------------------------------------------------------------------------

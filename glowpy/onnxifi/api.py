@@ -208,40 +208,13 @@ def onnxGetBackendInfo(backendID: Any, infoType: int, infoValue: Any, infoValueS
 
 
 def compatibility(model_bytes: bytes, kind: str) -> Status:
-    """The cheap path: op table, opsets, attributes and declared types; never weight values."""
-    try:
-        from glowpy.importer.compat import check  # the compatibility issue's entry point, once landed
-    except ImportError:
-        check = None
-    if check is not None:
-        status = Status(check(model_bytes, backend=kind).status)
-    else:
-        status = _gate_nodes(model_bytes)
+    """The importer's walk in its types-only mode (`glowpy.check`): never weight values."""
+    from glowpy.importer.compat import check
+
+    status = Status(check(model_bytes, backend=kind).status)
     if status in (Status.SUCCESS, Status.FALLBACK) and _backend_missing(kind):
         return Status.FALLBACK  # runs, but on the interpreter standing in for the missing backend
     return status
-
-
-def _gate_nodes(model_bytes: bytes) -> Status:
-    from glowpy.importer.onnx_import import declared_type, model_opsets, parse_model_bytes
-    from glowpy.importer.table import check_node
-
-    proto = parse_model_bytes(model_bytes)
-    opsets = model_opsets(proto)
-    g = proto.graph
-    dtypes: dict[str, np.dtype | None] = {}
-    for info in list(g.input) + list(g.value_info) + list(g.output):
-        dtypes[info.name] = declared_type(info)[0]
-    for t in g.initializer:  # element type only; payloads are never read here
-        if t.name not in dtypes:
-            from glowpy.ir.types import dtype_from_onnx
-
-            dtypes[t.name] = dtype_from_onnx(t.data_type) if t.data_type else None
-    for node in g.node:
-        if not node.op_type:
-            raise InvalidModel("a node has no op_type", node=node.name or None)
-        check_node(node, opsets, [dtypes.get(node.input[0]) if node.input else None])
-    return Status.SUCCESS
 
 
 def _backend_missing(kind: str) -> bool:

@@ -23,6 +23,7 @@ from glowpy.optimizer.manager import (
     Pass,
     PassRecord,
     Stage,
+    paused_gc,
     run_pass,
     run_pipeline,
     stage_and_pass_names,
@@ -81,15 +82,16 @@ def clone(graph: Graph) -> Graph:
     """A copy with the same names; constant arrays are shared (passes never write into them)."""
     g = Graph(graph.name)
     new = {}
-    for v in graph.inputs:
-        new[id(v)] = g.add_input(v.name, v.type)
-    for v in graph.constants.values():
-        new[id(v)] = g.add_constant(v.name, v.data)
-    for n in graph.nodes:
-        copy = g.add_node(n.op, [new[id(v)] for v in n.inputs], dict(n.attrs), name=n.name,
-                          output_names=[o.name for o in n.outputs])
-        for a, b in zip(n.outputs, copy.outputs):
-            new[id(a)] = b
+    with paused_gc():
+        for v in graph.inputs:
+            new[id(v)] = g.add_input(v.name, v.type)
+        for v in graph.constants.values():
+            new[id(v)] = g.add_constant(v.name, v.data)
+        for n in graph.nodes:
+            copy = g.add_node(n.op, [new[id(v)] for v in n.inputs], dict(n.attrs), name=n.name,
+                              output_names=[o.name for o in n.outputs])
+            for a, b in zip(n.outputs, copy.outputs):
+                new[id(a)] = b
     g.outputs = [new[id(v)] for v in graph.outputs]
     for key, value in vars(graph).items():  # anything else a graph carries (metadata) is shared
         g.__dict__.setdefault(key, value)

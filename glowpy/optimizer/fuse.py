@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from glowpy.ir.graph import Graph, Node
-from glowpy.optimizer.rewrite import ACTIVATION_CARRIERS, index_of, rebuild, sole_user
+from glowpy.optimizer.rewrite import ACTIVATION_CARRIERS, rebuild, sole_user
 
 
 def _activation_of(node: Node) -> tuple[str, tuple[Any, ...]] | None:
@@ -51,7 +51,7 @@ def fuse_residual_add(graph: Graph) -> bool:
                 continue
             if sole_user(graph, conv_out) is not add or y.type != conv_out.type or y.type != add.outputs[0].type:
                 continue
-            if y.producer is not None and index_of(graph, y.producer) > index_of(graph, conv):
+            if y.producer is not None and graph.nodes.comes_before(conv, y.producer):
                 continue
             rebuild(graph, conv, inputs=[*conv.inputs, y], replaces=add)
             changed = True

@@ -5,7 +5,6 @@ from __future__ import annotations
 from glowpy.ir.graph import Graph, Node
 from glowpy.optimizer.rewrite import (
     add_weight,
-    index_of,
     rebuild,
     replace_node,
     root_name,
@@ -82,9 +81,8 @@ def _sink_one(graph: Graph, t: Node) -> bool:
             new_inputs.append(add_weight(graph, v.name, transposed(full, inverse_perm(perm))))
         else:
             return False
-    idx = index_of(graph, user)
-    inner = graph.add_node(user.op, new_inputs, dict(user.attrs), name=root_name(user.name), index=idx)
-    outer = graph.add_node("Transpose", inner.outputs, {"perm": perm}, name=root_name(t.name), index=idx + 1)
+    inner = graph.add_node(user.op, new_inputs, dict(user.attrs), name=root_name(user.name), before=user)
+    outer = graph.add_node("Transpose", inner.outputs, {"perm": perm}, name=root_name(t.name), after=inner)
     replace_node(graph, user, outer.outputs, adopt_names=True)
     for old in moved:  # gone now, unless another node still reads them (a paired transpose may)
         if old in graph.nodes:

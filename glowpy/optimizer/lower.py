@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from glowpy.ir.graph import Graph, Node, Value
-from glowpy.optimizer.rewrite import add_weight, const_data, index_of, replace_node, root_name, transposed
+from glowpy.optimizer.rewrite import add_weight, const_data, replace_node, root_name, transposed
 
 if TYPE_CHECKING:
     from glowpy.backends.base import Backend
@@ -27,11 +27,9 @@ class Builder:
         self.graph = graph
         self.at = at
         self.dtype = at.outputs[0].dtype
-        self.index = index_of(graph, at)
 
     def __call__(self, op: str, *inputs: Value, **attrs: Any) -> Value:
-        node = self.graph.add_node(op, list(inputs), attrs, name=f"{root_name(self.at.name)}.{op.lower()}", index=self.index)
-        self.index += 1
+        node = self.graph.add_node(op, list(inputs), attrs, name=f"{root_name(self.at.name)}.{op.lower()}", before=self.at)
         return node.outputs[0]
 
     def const(self, data: Any, what: str) -> Value:

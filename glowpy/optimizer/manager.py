@@ -9,9 +9,11 @@ exception inside a pass) is re-raised as an InternalError that names the pass.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -86,6 +88,25 @@ def verify_by_default() -> bool:
     return os.environ.get("GLOWPY_VERIFY", "") not in ("", "0")
 
 
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection inside the block.
+
+    A full collection scans every live object, and a pass over a graph of thousands of nodes
+    allocates enough to trigger one again and again, so the passes' cost grew with the square of
+    the graph (eliminate_common_subexpressions on 24,000 nodes: 1.1 s, 0.19 s without). Passes make little
+    cyclic garbage (Graph.remove_node breaks a removed node's cycles, so its weights go at once);
+    what there is waits for the next collection after the block.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def stage_and_pass_names(pipeline: Sequence[Stage]) -> list[str]:
     names: list[str] = []
     for stage in pipeline:
@@ -138,13 +159,14 @@ def run_pipeline(
     stats = stats if stats is not None else OptimizeStats()
     stats.before = graph.count_ops()
     start = time.perf_counter()
-    try:
-        for stage in pipeline:
-            _run_stage(graph, stage, backend, verify=verify, stats=stats, stop_after=stop_after)
-            if stage.name == stop_after:
-                raise _Stop
-    except _Stop:
-        pass
+    with paused_gc():
+        try:
+            for stage in pipeline:
+                _run_stage(graph, stage, backend, verify=verify, stats=stats, stop_after=stop_after)
+                if stage.name == stop_after:
+                    raise _Stop
+        except _Stop:
+            pass
     stats.after = graph.count_ops()
     stats.seconds = time.perf_counter() - start
     return graph

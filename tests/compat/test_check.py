@@ -163,7 +163,7 @@ def test_two_unsupported_nodes_both_reported() -> None:
     nodes = [helper.make_node("Relu", ["X"], ["A"], name="ok1"),
              helper.make_node("Sin", ["A"], ["B"], name="bad1"),
              helper.make_node("Relu", ["B"], ["C"], name="ok2"),
-             helper.make_node("Hardmax", ["C"], ["Y"], name="bad2")]
+             helper.make_node("Cos", ["C"], ["Y"], name="bad2")]
     r = glowpy.check(model(nodes, [vi("X", [2, 3])], [vi("Y", [2, 3])]))
     assert [v.name for v in r.nodes] == ["ok1", "bad1", "ok2", "bad2"]
     assert [v.status for v in r.nodes] == [Status.SUCCESS, Status.UNSUPPORTED_OPERATOR, Status.SUCCESS,

@@ -134,3 +134,42 @@ def test_optimize_in_place_and_by_backend_name() -> None:
     graph = small_net()
     same = optimize(graph, "interpreter", in_place=True)
     assert same is graph and "BatchNormalization" not in ops(graph)
+
+
+def test_paused_gc_restores_the_collector_state() -> None:
+    import gc
+
+    from glowpy.optimizer.manager import paused_gc
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError, match="inside"):
+        with paused_gc():
+            assert not gc.isenabled()
+            raise RuntimeError("inside")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # it was off before: it stays off
+    finally:
+        gc.enable()
+
+
+def test_rewritten_weights_are_freed_without_the_cyclic_collector() -> None:
+    """The pipeline runs with the collector paused, so anything a pass leaves in a reference cycle
+    waits: a replaced node, or a probe node asking the backend, must not hold weights that way."""
+    import gc
+    import weakref
+
+    graph = small_net()
+    conv_weights = [weakref.ref(v.data) for v in graph.constants.values() if v.data.ndim == 4]
+    gemm_weight = weakref.ref(next(n for n in graph.nodes if n.op == "Gemm").inputs[1].data)
+    assert len(conv_weights) == 2
+    gc.disable()
+    try:
+        optimize(graph, "cpu", in_place=True)  # BatchNorm folds into new conv weights; Gemm -> FC
+        assert [r() for r in conv_weights] == [None, None]
+        assert gemm_weight() is None  # transposed for FullyConnected: the (5, 4) original is gone
+    finally:
+        gc.enable()

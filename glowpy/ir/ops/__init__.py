@@ -1,10 +1,11 @@
 """IR op declarations. Importing this package registers every op in `OPS`.
 
 Where an op lives: elementwise math and activations in `elementwise`, conv / pool / norm / matrix
-products in `nn`, data movement and reductions in `tensor`, (de)quantization and integer products in `quant`.
+products in `nn`, recurrent networks in `rnn`, data movement and reductions in `tensor`, (de)quantization
+and integer products in `quant`.
 """
 
-from glowpy.ir.ops import elementwise, nn, quant, tensor  # noqa: F401  (registration side effects)
+from glowpy.ir.ops import elementwise, nn, quant, rnn, tensor  # noqa: F401  (registration side effects)
 from glowpy.ir.ops.elementwise import ACTIVATIONS
 from glowpy.ir.ops.registry import OPS, REQUIRED, OpDef, get_op, op, register
 

@@ -17,10 +17,25 @@ import numpy as np
 
 from glowpy.errors import MismatchingDatatype, MismatchingShape, UnsupportedAttribute, UnsupportedShape
 from glowpy.ir.ops.elementwise import ACTIVATIONS, apply_activation, broadcast_shapes
-from glowpy.ir.ops.registry import REQUIRED, op
+from glowpy.ir.ops.registry import FROM_ONNX, REQUIRED, op
 from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES, TensorType
 
 FUSED = {"activation": "none", "activation_params": ()}
+
+
+def accumulator(a: np.ndarray) -> np.ndarray:
+    """`a` in the type its products are summed in: float64 for f16/f32, long double for f64.
+
+    BLAS picks its kernel and summation order by an element's position in the output tile, and the
+    tiles differ between AVX2 and AVX-512 hosts, so two output channels with equal inputs and
+    weights can differ by ulps when summed in their own type (onnx's light models, all weights
+    equal, then give a softmax that is not uniform). Products of f32 values are exact in f64 and
+    the f64 sum is rounded once to f32, so those differences vanish. f64 operands go to long double,
+    which numpy sums without BLAS, in one order (k = 0, 1, ...) for every element.
+    """
+    if a.dtype.kind != "f":
+        return a
+    return a.astype(np.longdouble if a.dtype == np.float64 else np.float64, copy=False)
 
 
 def _check_activation(name: str, attrs: dict) -> None:
@@ -103,7 +118,7 @@ def _conv_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType, *res: 
     infer=_conv_infer,
     inputs=(3, 4),
     dtypes=FLOAT_TYPES,
-    attrs={"group": 1, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED, **FUSED},
+    attrs={"group": FROM_ONNX, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED, **FUSED},
 )
 def conv(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray, *res: np.ndarray) -> np.ndarray:
     """N-d grouped convolution (cross-correlation), bias, optional residual, fused activation."""
@@ -115,12 +130,17 @@ def conv(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray, *res: np.ndar
     out_sp = _conv_infer(attrs, TensorType.of(x), TensorType.of(w), TensorType.of(b)).shape[2:]
     xp = _pad_spatial(x, attrs["pads"], 0.0)
     xg = xp.reshape(n, g, cg, *xp.shape[2:])
-    wg = w.reshape(g, m // g, cg, *ks)
-    acc = np.zeros((n, g, m // g, math.prod(out_sp)), dtype=np.float64 if x.dtype == np.float64 else np.float32)
-    for offs in product(*(range(k) for k in ks)):
-        start = tuple(o * d for o, d in zip(offs, dil))
-        patch = _window(xg, start, strides, out_sp).reshape(n, g, cg, -1)
-        acc += np.matmul(wg[(Ellipsis, *offs)][None], patch)
+    wg = accumulator(w).reshape(g, m // g, cg * math.prod(ks))
+    # im2col, one image at a time (the columns are kernel-size times the image): every kernel
+    # offset's window, in w's (cg, *ks) order, so that one product sums it all
+    offsets = list(product(*(range(k) for k in ks)))
+    cols = np.empty((g, cg, len(offsets), math.prod(out_sp)), dtype=wg.dtype)
+    acc = np.empty((n, g, m // g, math.prod(out_sp)), dtype=wg.dtype)
+    for i in range(n):
+        for j, offs in enumerate(offsets):
+            start = tuple(o * d for o, d in zip(offs, dil))
+            cols[:, :, j] = _window(xg[i], start, strides, out_sp).reshape(g, cg, -1)
+        np.matmul(wg, cols.reshape(g, cg * len(offsets), -1), out=acc[i])
     y = acc.reshape(n, m, *out_sp) + b.reshape(1, m, *([1] * nsp))
     if res:
         y = y + res[0]
@@ -148,7 +168,8 @@ def _convt_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType) -> Te
     infer=_convt_infer,
     inputs=(3, 3),
     dtypes=FLOAT_TYPES,
-    attrs={"group": 1, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED, "output_padding": REQUIRED},
+    attrs={"group": FROM_ONNX, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED,
+           "output_padding": REQUIRED},
 )
 def conv_transpose(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Transposed convolution: scatter each input pixel through the kernel."""
@@ -159,9 +180,9 @@ def conv_transpose(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> 
     ks = w.shape[2:]
     full = tuple(strides[i] * (x.shape[2 + i] - 1) + (ks[i] - 1) * dil[i] + 1 + attrs["output_padding"][i]
                  for i in range(nsp))
-    out = np.zeros((n, g, mg, *full), dtype=np.float64)
-    xg = x.reshape(n, g, c // g, -1)
-    wg = w.reshape(g, c // g, mg, *ks)
+    xg = accumulator(x).reshape(n, g, c // g, -1)
+    wg = accumulator(w).reshape(g, c // g, mg, *ks)
+    out = np.zeros((n, g, mg, *full), dtype=xg.dtype)
     for offs in product(*(range(k) for k in ks)):
         contrib = np.matmul(np.swapaxes(wg[(Ellipsis, *offs)], 1, 2)[None], xg)  # n, g, mg, pixels
         contrib = contrib.reshape(n, g, mg, *x.shape[2:])
@@ -235,7 +256,8 @@ def _pool(x: np.ndarray, attrs: dict, pad_value, reduce, extra_value=None) -> np
     "MaxPool",
     infer=_pool_infer("MaxPool"),
     dtypes=NUMERIC_TYPES,
-    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED, "ceil_mode": 0},
+    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED,
+           "ceil_mode": FROM_ONNX},
 )
 def max_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Max over each window; padding never wins."""
@@ -247,7 +269,8 @@ def max_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
     "AveragePool",
     infer=_pool_infer("AveragePool"),
     dtypes=FLOAT_TYPES,
-    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "ceil_mode": 0, "count_include_pad": 0},
+    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "ceil_mode": FROM_ONNX,
+           "count_include_pad": FROM_ONNX},
 )
 def average_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Mean over each window; the divisor counts explicit padding only if count_include_pad."""
@@ -288,7 +311,7 @@ def _bn_infer(attrs: dict, x: TensorType, *params: TensorType) -> TensorType:
     return x
 
 
-@op("BatchNormalization", infer=_bn_infer, inputs=(5, 5), dtypes=FLOAT_TYPES, attrs={"epsilon": 1e-5})
+@op("BatchNormalization", infer=_bn_infer, inputs=(5, 5), dtypes=FLOAT_TYPES, attrs={"epsilon": FROM_ONNX})
 def batch_norm(attrs: dict, x, scale, bias, mean, var) -> np.ndarray:
     """Inference-mode batch normalization over dim 1."""
     shape = (1, -1) + (1,) * (x.ndim - 2)
@@ -298,7 +321,7 @@ def batch_norm(attrs: dict, x, scale, bias, mean, var) -> np.ndarray:
 
 
 @op("LRN", infer=lambda a, x: x, dtypes=FLOAT_TYPES,
-    attrs={"size": REQUIRED, "alpha": 1e-4, "beta": 0.75, "bias": 1.0})
+    attrs={"size": REQUIRED, "alpha": FROM_ONNX, "beta": FROM_ONNX, "bias": FROM_ONNX})
 def lrn(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Local response normalization across channels."""
     size = attrs["size"]
@@ -321,7 +344,8 @@ def _ln_infer(attrs: dict, x: TensorType, scale: TensorType, *bias: TensorType) 
     return x
 
 
-@op("LayerNormalization", infer=_ln_infer, inputs=(2, 3), dtypes=FLOAT_TYPES, attrs={"axis": -1, "epsilon": 1e-5})
+@op("LayerNormalization", infer=_ln_infer, inputs=(2, 3), dtypes=FLOAT_TYPES, attrs={"axis": FROM_ONNX,
+    "epsilon": FROM_ONNX})
 def layer_norm(attrs: dict, x: np.ndarray, scale: np.ndarray, *bias: np.ndarray) -> np.ndarray:
     """Normalize over dims axis..end, then scale and shift."""
     axes = tuple(range(attrs["axis"] % x.ndim, x.ndim))
@@ -344,14 +368,14 @@ def _softmax_infer(name: str):
     return infer
 
 
-@op("Softmax", infer=_softmax_infer("Softmax"), dtypes=FLOAT_TYPES, attrs={"axis": -1})
+@op("Softmax", infer=_softmax_infer("Softmax"), dtypes=FLOAT_TYPES, attrs={"axis": FROM_ONNX})
 def softmax(attrs: dict, x: np.ndarray) -> np.ndarray:
     """exp(x - max) / sum over one axis (opset-13 semantics; the importer reshapes older ones)."""
     e = np.exp(x - x.max(axis=attrs["axis"], keepdims=True))
     return (e / e.sum(axis=attrs["axis"], keepdims=True)).astype(x.dtype)
 
 
-@op("LogSoftmax", infer=_softmax_infer("LogSoftmax"), dtypes=FLOAT_TYPES, attrs={"axis": -1})
+@op("LogSoftmax", infer=_softmax_infer("LogSoftmax"), dtypes=FLOAT_TYPES, attrs={"axis": FROM_ONNX})
 def log_softmax(attrs: dict, x: np.ndarray) -> np.ndarray:
     """x - max - log(sum(exp(x - max))) over one axis."""
     s = x - x.max(axis=attrs["axis"], keepdims=True)
@@ -382,13 +406,13 @@ def _gemm_infer(attrs: dict, a: TensorType, b: TensorType, *c: TensorType) -> Te
     infer=_gemm_infer,
     inputs=(2, 3),
     dtypes=FLOAT_TYPES,
-    attrs={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0, **FUSED},
+    attrs={"alpha": FROM_ONNX, "beta": FROM_ONNX, "transA": FROM_ONNX, "transB": FROM_ONNX, **FUSED},
 )
 def gemm(attrs: dict, a: np.ndarray, b: np.ndarray, *c: np.ndarray) -> np.ndarray:
     """alpha * op(A) @ op(B) + beta * C, then the fused activation."""
     a = a.T if attrs["transA"] else a
     b = b.T if attrs["transB"] else b
-    y = attrs["alpha"] * (a.astype(np.float64) @ b)
+    y = attrs["alpha"] * (accumulator(a) @ accumulator(b))
     if c:
         y = y + attrs["beta"] * c[0]
     return apply_activation(y.astype(a.dtype), attrs)
@@ -419,8 +443,8 @@ def _matmul_infer(attrs: dict, a: TensorType, b: TensorType) -> TensorType:
 
 @op("MatMul", infer=_matmul_infer, inputs=(2, 2), dtypes=NUMERIC_TYPES, attrs=dict(FUSED))
 def matmul(attrs: dict, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """numpy matmul (batched, broadcasting), then the fused activation."""
-    return apply_activation(np.matmul(a, b).astype(a.dtype), attrs)
+    """numpy matmul (batched, broadcasting) summed in `accumulator`'s type, then the fused activation."""
+    return apply_activation(np.matmul(accumulator(a), accumulator(b)).astype(a.dtype), attrs)
 
 
 def _fc_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType) -> TensorType:
@@ -435,4 +459,4 @@ def _fc_infer(attrs: dict, x: TensorType, w: TensorType, b: TensorType) -> Tenso
 def fully_connected(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """X @ W + B with W stored (K, N), then the fused activation. Made by the optimizer from
     MatMul + Add and Gemm; never imported directly."""
-    return apply_activation((x.astype(np.float64) @ w + b).astype(x.dtype), attrs)
+    return apply_activation((accumulator(x) @ accumulator(w) + b).astype(x.dtype), attrs)

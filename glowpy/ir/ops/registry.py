@@ -1,6 +1,7 @@
 """The op registry: each IR op is declared exactly once.
 
-A declaration gives the op's name, its attributes with defaults, the element types it accepts,
+A declaration gives the op's name, its attributes with defaults (`FROM_ONNX` where the default is
+the ONNX schema's), the element types it accepts,
 its type/shape inference and its reference semantics (numpy). The importer maps ONNX onto these
 ops, the interpreter runs `compute`, constant folding reuses `compute`, and the compatibility
 path and the verifier read `attrs`, `dtypes` and `infer`. Nothing else restates these facts.
@@ -18,6 +19,45 @@ from glowpy.errors import InternalError, UnsupportedAttribute, UnsupportedDataty
 from glowpy.ir.types import ALL_TYPES, TensorType
 
 REQUIRED = object()  # sentinel default: the attribute must be given
+
+
+class _FromOnnx:
+    def __repr__(self) -> str:
+        return "FROM_ONNX"
+
+
+# Sentinel default: the ONNX schema's default for the attribute of the same name, of the ONNX op the IR op
+# mirrors (`OpDef.onnx`, else the op of the IR op's name), at the newest opset. Read on first use, so
+# importing glowpy.ir does not load onnx's schema registry.
+FROM_ONNX = _FromOnnx()
+_ONNX_DEFAULTS: dict[tuple[str, str], Any] = {}
+
+
+def to_python(value: Any) -> Any:
+    """An ONNX attribute value as glowpy holds it: str for bytes, tuple for lists, and a float32 float
+    as the shortest decimal that rounds to it (1e-05, not 9.999999747378752e-06)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, float):
+        return float(np.format_float_positional(np.float32(value), unique=True, trim="-"))
+    if isinstance(value, list):
+        return tuple(to_python(v) for v in value)
+    return value
+
+
+def onnx_default(op_type: str, key: str) -> Any:
+    """The default of attribute `key` of ONNX op `op_type` (default domain, newest opset)."""
+    found = _ONNX_DEFAULTS.get((op_type, key), REQUIRED)
+    if found is REQUIRED:
+        import onnx.defs
+        from onnx import helper
+
+        attr = onnx.defs.get_schema(op_type).attributes.get(key)
+        if attr is None or not attr.default_value.type:
+            raise InternalError(f"ONNX {op_type} has no default for attribute '{key}'", op=op_type)
+        found = to_python(helper.get_attribute_value(attr.default_value))
+        _ONNX_DEFAULTS[(op_type, key)] = found
+    return found
 
 InferFn = Callable[..., "TensorType | Sequence[TensorType]"]
 ComputeFn = Callable[..., "np.ndarray | Sequence[np.ndarray]"]
@@ -63,6 +103,8 @@ class OpDef:
                 out[key] = given[key]
             elif default is REQUIRED:
                 raise UnsupportedAttribute(f"attribute '{key}' is required", node=node, op=self.name)
+            elif default is FROM_ONNX:
+                out[key] = onnx_default(self.onnx or self.name, key)
             else:
                 out[key] = default
         return out

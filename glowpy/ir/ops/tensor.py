@@ -12,7 +12,7 @@ import numpy as np
 
 from glowpy.errors import MismatchingDatatype, MismatchingShape, UnsupportedAttribute, UnsupportedDatatype
 from glowpy.ir.ops.elementwise import broadcast_shapes
-from glowpy.ir.ops.registry import REQUIRED, op
+from glowpy.ir.ops.registry import FROM_ONNX, REQUIRED, op
 from glowpy.ir.types import NUMERIC_TYPES, TensorType
 
 
@@ -78,7 +78,7 @@ def _split_infer(attrs: dict, x: TensorType) -> list[TensorType]:
     return [TensorType(x.dtype, x.shape[:axis] + (s,) + x.shape[axis + 1:]) for s in attrs["split"]]
 
 
-@op("Split", infer=_split_infer, attrs={"axis": 0, "split": REQUIRED}, num_outputs=lambda a: len(a["split"]))
+@op("Split", infer=_split_infer, attrs={"axis": FROM_ONNX, "split": REQUIRED}, num_outputs=lambda a: len(a["split"]))
 def split(attrs: dict, x: np.ndarray) -> list[np.ndarray]:
     """Cut along `axis` into pieces of the sizes in `split`."""
     return np.split(x, np.cumsum(attrs["split"])[:-1], axis=attrs["axis"])
@@ -108,7 +108,7 @@ def _gather_infer(attrs: dict, x: TensorType, idx: TensorType) -> TensorType:
     return TensorType(x.dtype, x.shape[:axis] + idx.shape + x.shape[axis + 1:])
 
 
-@op("Gather", infer=_gather_infer, inputs=(2, 2), attrs={"axis": 0})
+@op("Gather", infer=_gather_infer, inputs=(2, 2), attrs={"axis": FROM_ONNX})
 def gather(attrs: dict, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Take entries along `axis`; negative indices count from the end."""
     axis = attrs["axis"]
@@ -140,7 +140,7 @@ def _pad_infer(attrs: dict, x: TensorType) -> TensorType:
     return TensorType(x.dtype, shape)
 
 
-@op("Pad", infer=_pad_infer, attrs={"pads": REQUIRED, "mode": "constant", "value": 0.0})
+@op("Pad", infer=_pad_infer, attrs={"pads": REQUIRED, "mode": FROM_ONNX, "value": 0.0})
 def pad(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Pad (or crop, for negative pads) each dim; mode constant / reflect / edge."""
     r = x.ndim
@@ -173,7 +173,7 @@ def _reduce(name: str, fn) -> None:
         axes = tuple(attrs["axes"]) if attrs["axes"] else None
         return np.asarray(fn(x, axis=axes, keepdims=bool(attrs["keepdims"]))).astype(x.dtype)
 
-    op(name, infer=_reduce_infer(name), dtypes=NUMERIC_TYPES, attrs={"axes": (), "keepdims": 1})(compute)
+    op(name, infer=_reduce_infer(name), dtypes=NUMERIC_TYPES, attrs={"axes": (), "keepdims": FROM_ONNX})(compute)
 
 
 _reduce("ReduceSum", np.sum)
@@ -188,7 +188,8 @@ def _argmax_infer(attrs: dict, x: TensorType) -> TensorType:
     return TensorType(np.int64, shape)
 
 
-@op("ArgMax", infer=_argmax_infer, dtypes=NUMERIC_TYPES, attrs={"axis": 0, "keepdims": 1, "select_last_index": 0})
+@op("ArgMax", infer=_argmax_infer, dtypes=NUMERIC_TYPES, attrs={"axis": FROM_ONNX, "keepdims": FROM_ONNX,
+    "select_last_index": FROM_ONNX})
 def argmax(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Index of the maximum along `axis` (first or last occurrence)."""
     axis = attrs["axis"]

@@ -1,0 +1,136 @@
+"""`glowpy bench`: every figure in the table and in --json, sane and consistent; against onnxruntime
+the outputs agree and the ratio is glowpy's p50 over onnxruntime's; bad flags are one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from glowpy.cli import main
+
+ENGINE_FIELDS = {"compile_seconds", "latency_seconds", "throughput_per_second", "peak_rss_mib", "runs"}
+TABLE_ROWS = ("compile", "latency p50", "latency p90", "latency p99", "latency min", "throughput", "peak RSS")
+
+
+def _mlp(path: Path, batch: int | str = 4) -> Path:
+    """A two-layer MLP with random weights: 32 -> 64 -> 10."""
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.3, n)
+             for n, s in (("w1", (32, 64)), ("b1", (64,)), ("w2", (64, 10)), ("b2", (10,)))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["a1"]),
+             helper.make_node("Relu", ["a1"], ["r1"]), helper.make_node("MatMul", ["r1", "w2"], ["m2"]),
+             helper.make_node("Add", ["m2", "b2"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+@pytest.fixture
+def mlp(tmp_path: Path) -> Path:
+    return _mlp(tmp_path / "mlp.onnx")
+
+
+def _seconds(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * {"µs": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
+
+
+def _check_engine(fig: dict, runs: int) -> None:
+    assert ENGINE_FIELDS <= set(fig)
+    lat = fig["latency_seconds"]
+    assert set(lat) == {"p50", "p90", "p99", "min"}
+    assert 0 < lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"]
+    assert fig["compile_seconds"] > 0 and fig["peak_rss_mib"] > 10
+    assert fig["runs"] == runs
+    # runs per second of a round is its run count over its total time, so never above 1 / fastest run
+    assert 0 < fig["throughput_per_second"] <= 1 / lat["min"]
+
+
+def test_json_vs_onnxruntime(mlp: Path, capsys) -> None:
+    assert main(["bench", str(mlp), "--vs", "onnxruntime", "--threads", "1", "--iterations", "6", "--rounds", "2",
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["model"] == str(mlp) and result["threads"] == 1 and result["backend"] == "cpu"
+    assert result["iterations"] == 6 and result["rounds"] == 2
+    for engine in ("glowpy", "onnxruntime"):
+        _check_engine(result[engine], runs=12)
+    glowpy = result["glowpy"]
+    assert isinstance(glowpy["cached"], bool) and glowpy["import_seconds"] > 0 and glowpy["arena_bytes"] >= 0
+    assert result["ratio"] == pytest.approx(
+        glowpy["latency_seconds"]["p50"] / result["onnxruntime"]["latency_seconds"]["p50"], rel=1e-12)
+    assert 0 <= result["max_abs_error"] < 1e-4
+
+
+def test_table_vs_onnxruntime(mlp: Path, capsys) -> None:
+    assert main(["bench", str(mlp), "--vs", "onnxruntime", "-t", "1", "-n", "5", "-r", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"model          {mlp}" in out
+    assert "cpu backend, 1 thread, 1 round x 5 runs per engine" in out
+    lines = out.splitlines()
+    assert any(line.split() == ["glowpy", "onnxruntime"] for line in lines)
+    rows = {}
+    for name in TABLE_ROWS:
+        line = next(line for line in lines if line.startswith(name + " "))
+        rows[name] = re.split(r"\s{2,}", line[len(name):].strip())
+        assert len(rows[name]) == 2, line
+    assert re.fullmatch(r"[\d.]+ (µs|ms|s) \((cached|cold)\)", rows["compile"][0])
+    for engine in (0, 1):
+        p50, p90, p99, lo = (_seconds(rows[f"latency {q}"][engine]) for q in ("p50", "p90", "p99", "min"))
+        assert 0 < lo <= p50 <= p90 <= p99
+        assert float(rows["throughput"][engine].split()[0]) > 0
+        assert float(rows["peak RSS"][engine].split()[0]) > 10
+    ratio = re.search(r"^ratio\s+([\d.]+)x  \(glowpy p50 / onnxruntime p50\)$", out, re.M)
+    p50s = [_seconds(rows["latency p50"][e]) for e in (0, 1)]
+    assert ratio and float(ratio.group(1)) == pytest.approx(p50s[0] / p50s[1], rel=0.02, abs=0.01)
+    error = re.search(r"^max abs error\s+(\S+)$", out, re.M)
+    assert error and 0 <= float(error.group(1)) < 1e-4
+
+
+def test_light_model_glowpy_only(capsys) -> None:
+    """A light model by name; without --vs only glowpy's figures."""
+    assert main(["bench", "squeezenet", "-n", "2", "-r", "1", "--threads", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["model"].endswith("light_squeezenet.onnx")
+    _check_engine(result["glowpy"], runs=2)
+    assert "onnxruntime" not in result and "ratio" not in result and "max_abs_error" not in result
+
+
+def test_shape_binding(tmp_path: Path, capsys) -> None:
+    """--shape binds a symbolic dim as for `glowpy run`; without it the worker's refusal is one line."""
+    path = _mlp(tmp_path / "sym.onnx", batch="N")
+    assert main(["bench", str(path), "-s", "N=3", "-n", "2", "-r", "1", "-t", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["shapes"] == {"N": [3]}
+    assert main(["bench", str(path), "-n", "2", "-r", "1", "-t", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("glowpy bench: error: ") and "symbolic dim 'N'" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--threads", "0"], "--threads 0: expected a positive integer"),
+    (["--threads", "two"], "--threads two: expected a positive integer"),
+    (["--iterations", "0"], "--iterations 0: expected a positive integer"),
+    (["--rounds", "-1"], "--rounds -1: expected a positive integer"),
+    (["--vs", "tensorrt"], "--vs tensorrt: the engine to compare with must be onnxruntime"),
+    (["--shape", "x=0"], "bad shape '0': dims must be positive integers"),
+    (["--shape", "x"], "--shape x: expected NAME=VALUE"),
+    (["-b", "interpreter", "--threads", "2"], "--threads: the interpreter backend has no thread count"),
+])
+def test_bad_flags_one_line_exit_2(args: list[str], message: str, mlp: Path, capsys) -> None:
+    assert main(["bench", str(mlp), *args]) == 2
+    err = capsys.readouterr().err
+    assert err == f"glowpy bench: error: {message}\n"
+
+
+def test_vs_onnxruntime_not_installed(mlp: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime now fails
+    assert main(["bench", str(mlp), "--vs", "onnxruntime"]) == 2
+    err = capsys.readouterr().err
+    assert err == "glowpy bench: error: --vs onnxruntime: onnxruntime is not installed (pip install onnxruntime)\n"
