@@ -515,9 +515,81 @@ def cmd_onnxifi(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- glowpy quantize --------------------------------------------------------------------------------
+
+
+def add_quantize(sub: argparse._SubParsersAction) -> None:
+    from glowpy.backends import BACKENDS
+
+    p = sub.add_parser("quantize", help="profile a float model on calibration data and write its int8 QDQ model",
+                       description=(
+                           "Run the float model on calibration inputs, record the range of every Conv / MatMul / "
+                           "Gemm input, and write a QDQ model: QuantizeLinear / DequantizeLinear around those "
+                           "inputs, per-channel symmetric int8 weights, per-tensor activations. onnxruntime runs it."))
+    add_model_arg(p)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--calibrate", "-c", metavar="DATA.npz",
+                        help="one array per model input: one batch of its shape, or a stack (samples, *shape)")
+    source.add_argument("--load-profile", metavar="PROFILE.json", help="ranges saved by --dump-profile instead")
+    p.add_argument("--output", "-o", metavar="MODEL.int8.onnx", help="where to write the QDQ model")
+    p.add_argument("--dump-profile", metavar="PROFILE.json", help="save the profiled ranges (JSON)")
+    p.add_argument("--method", choices=("minmax", "percentile", "entropy"), default="minmax",
+                   help="how a range is taken from the profile (default: %(default)s)")
+    p.add_argument("--percentile", type=float, default=99.99,
+                   help="with --method percentile: keep this central share of each histogram (default: %(default)s)")
+    p.add_argument("--activations", choices=("uint8", "int8"), default="uint8",
+                   help="activation type (default: %(default)s)")
+    p.add_argument("--per-tensor-weights", action="store_true", help="one scale per weight instead of per channel")
+    p.add_argument("--backend", "-b", default="interpreter", choices=sorted(BACKENDS),
+                   help="the backend that runs the float model to profile it (default: %(default)s)")
+    p.set_defaults(func=cmd_quantize)
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    import onnx
+
+    from glowpy.quantize import load_profile, profile, quantize, save_profile
+
+    model_path = _model_arg(args.model)
+    if not args.output and not args.dump_profile:
+        raise UsageError("nothing to write: give --output, --dump-profile or both")
+    if args.load_profile and args.dump_profile:
+        raise UsageError("--dump-profile needs --calibrate (a loaded profile is already on disk)")
+    if args.load_profile:
+        ranges = load_profile(args.load_profile)
+        origin = f"{args.load_profile} (loaded)"
+    else:
+        ranges = profile(model_path, args.calibrate, method=args.method, percentile=args.percentile,
+                         backend=args.backend)
+        origin = f"{args.calibrate} ({args.method}" + (f" {args.percentile}" if args.method == "percentile" else "") \
+            + f", {args.backend})"
+    print(f"model     {args.model}")
+    print(f"profile   {origin}: {len(ranges)} tensors")
+    if args.dump_profile:
+        save_profile(ranges, args.dump_profile)
+        print(f"saved     {args.dump_profile}")
+    if not args.output:
+        return EXIT_OK
+    model = quantize(model_path, ranges=ranges, activations=args.activations,
+                     per_channel=not args.per_tensor_weights)
+    counts: dict[str, int] = {}
+    for n in model.graph.node:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    try:
+        onnx.save(model, args.output)
+    except OSError as e:
+        raise UsageError(f"cannot write '{args.output}': {e.strerror}") from None
+    print(f"quantized {counts.get('QuantizeLinear', 0)} activations ({args.activations}), "
+          f"{counts.get('DequantizeLinear', 0) - counts.get('QuantizeLinear', 0)} weights "
+          f"(int8, {'per tensor' if args.per_tensor_weights else 'per channel'})")
+    print(f"saved     {args.output}")
+    return EXIT_OK
+
+
 # --- entry -----------------------------------------------------------------------------------------
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check, add_bench, add_onnxifi]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check, add_bench, add_onnxifi,
+                                                                add_quantize]
 
 
 def build_parser() -> argparse.ArgumentParser:
