@@ -20,8 +20,8 @@ SKELETON_BUDGET = 8 << 20  # bytes, all skeletons together
 
 
 def _tiny_cnn() -> onnx.ModelProto:
-    """Conv(bias) -> BatchNorm -> Relu -> Conv(bias) -> Reshape -> MatMul -> Clip, plus a big float Constant
-    and an embedding Gather: every kind of tensor a skeleton treats differently."""
+    """Conv(bias) -> BatchNorm -> Relu -> Conv(bias) -> Reshape -> MatMul -> Clip, plus an embedding Gather,
+    a big float Constant and an all-zeros fill: every kind of tensor a skeleton treats differently."""
     rng = np.random.default_rng(0)
 
     def init(name, array):
@@ -29,13 +29,14 @@ def _tiny_cnn() -> onnx.ModelProto:
 
     inits = [
         init("w1", rng.normal(size=(24, 3, 3, 3)).astype(np.float32)), init("b1", rng.normal(size=24).astype(np.float32)),
-        init("scale", np.ones(24, np.float32)), init("bias", np.zeros(24, np.float32)),
-        init("mean", np.zeros(24, np.float32)), init("var", np.ones(24, np.float32)),
+        init("scale", rng.uniform(0.5, 1.5, 24).astype(np.float32)), init("bias", rng.normal(size=24).astype(np.float32)),
+        init("mean", rng.normal(size=24).astype(np.float32)), init("var", rng.uniform(0.5, 1.5, 24).astype(np.float32)),
         init("w2", rng.normal(size=(32, 24, 3, 3)).astype(np.float32)), init("b2", rng.normal(size=32).astype(np.float32)),
         init("shape", np.array([1, 32 * 6 * 6], np.int64)),
         init("fc", rng.normal(size=(32 * 6 * 6, 10)).astype(np.float32)),
         init("lo", np.array(-3.0, np.float32)), init("hi", np.array(3.0, np.float32)),
         init("table", rng.normal(size=(100, 10)).astype(np.float32)), init("ids", np.array([[1, 5]], np.int64)),
+        init("fill", np.zeros((2, 10), np.float32)),
     ]
     big_values = rng.normal(size=(2, 10)).astype(np.float32)
     nodes = [
@@ -47,7 +48,8 @@ def _tiny_cnn() -> onnx.ModelProto:
         helper.make_node("MatMul", ["flat", "fc"], ["logits"]),
         helper.make_node("Constant", [], ["offset"], value=numpy_helper.from_array(big_values, "offset")),
         helper.make_node("Gather", ["table", "ids"], ["emb"]),
-        helper.make_node("Add", ["emb", "offset"], ["emb2"]),
+        helper.make_node("Add", ["emb", "offset"], ["emb1"]),
+        helper.make_node("Add", ["emb1", "fill"], ["emb2"]),
         helper.make_node("Clip", ["logits", "lo", "hi"], ["y"]),
     ]
     graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
@@ -68,7 +70,7 @@ def test_skeleton_drops_float_payloads_and_keeps_shapes_and_operands() -> None:
     tensors = {t.name: t for t in skeleton.graph.initializer}
     for name in ("w1", "b1", "scale", "bias", "mean", "var", "w2", "b2", "fc", "table"):
         assert tensors[name].doc_string == DROPPED and not _data(tensors[name]), name
-    for name in ("shape", "ids", "lo", "hi"):  # a Reshape shape, Gather indices, Clip bounds
+    for name in ("shape", "ids", "lo", "hi", "fill"):  # a Reshape shape, Gather indices, Clip bounds, a fill
         assert tensors[name].doc_string != DROPPED and _data(tensors[name]), name
         assert numpy_helper.to_array(tensors[name]).tolist() == numpy_helper.to_array(
             next(t for t in model.graph.initializer if t.name == name)).tolist()

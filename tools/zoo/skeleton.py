@@ -5,8 +5,10 @@ A skeleton keeps every node and attribute, every graph input, output and value_i
 where they carry meaning rather than trained weights:
 
 - tensors the graph uses as a shape, index, axis or bound (the operands in SHAPE_OPERANDS), whatever their type;
-- integer and bool tensors up to MAX_KEPT_INT_BYTES;
-- float tensors of at most MAX_KEPT_FLOATS elements (epsilons, scale factors, Clip bounds, Pow exponents).
+- integer and bool tensors up to MAX_KEPT_BYTES (T5's relative-position buckets are 128 KiB);
+- float tensors of at most MAX_KEPT_FLOATS elements (epsilons, scale factors, Clip bounds, Pow exponents);
+- float tensors up to MAX_KEPT_BYTES whose elements are all equal (zero initial states, the unit scales
+  an exporter adds around InstanceNormalization): a fill, not a trained weight.
 
 Every other tensor loses its data and gets `doc_string = DROPPED`: an initializer with dims and no data,
 which onnx.load reads as it is and tests/zoo/realize.py fills with seeded values. Node doc_strings and
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -31,7 +33,7 @@ if str(ROOT) not in sys.path:
 from tests.zoo.realize import DROPPED, iter_graphs  # noqa: E402
 
 MAX_KEPT_FLOATS = 16
-MAX_KEPT_INT_BYTES = 64 * 1024
+MAX_KEPT_BYTES = 128 * 1024
 
 _REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
            "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
@@ -61,12 +63,17 @@ def _uses(model: onnx.ModelProto) -> dict[str, set[tuple[str, int]]]:
 
 
 def _keeps_values(tensor: TensorProto, uses: set[tuple[str, int]]) -> bool:
+    if tensor.doc_string == DROPPED:
+        return False
     if any(i in SHAPE_OPERANDS.get(op, ()) for op, i in uses):
         return True
     count = int(np.prod(tensor.dims, dtype=np.int64))
-    if tensor.data_type in _FLOATS:
-        return count <= MAX_KEPT_FLOATS
-    return count * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize <= MAX_KEPT_INT_BYTES
+    if count * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize > MAX_KEPT_BYTES:
+        return False
+    if tensor.data_type not in _FLOATS or count <= MAX_KEPT_FLOATS:
+        return True
+    values = numpy_helper.to_array(tensor)
+    return bool((values == values.flat[0]).all())
 
 
 def _drop(tensor: TensorProto) -> None:
