@@ -49,6 +49,7 @@ from glowpy.importer.walk import (
     fmt_dims,
     node_display_name,
     static_dims,
+    text,
     topo_order,
 )
 from glowpy.ir.graph import Node, Value
@@ -409,11 +410,11 @@ class Checker(Host):
         if err is not None:
             status, reason = err.status, str(err)
         else:
-            where = f"node '{name}' ({node.op_type}" + (f", opset {opset})" if opset is not None else ")")
+            where = f"node '{name}' ({text(node.op_type)}" + (f", opset {opset})" if opset is not None else ")")
             reason = f"{where}: {note or 'supported'}"
             if assumes:
                 reason += "; " + "; ".join(assumes)
-        return NodeVerdict(index, name, node.op_type, node.domain, status, reason, tuple(assumes))
+        return NodeVerdict(index, name, text(node.op_type), text(node.domain), status, reason, tuple(assumes))
 
     def _declare_outputs(self, node: NodeProto) -> None:
         """Outputs of a node the check did not convert: what the model declares, else ONNX's inference,

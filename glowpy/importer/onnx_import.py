@@ -136,6 +136,9 @@ class GraphHost(Host):
         raise err
 
     def ready(self, index: int, node: NodeProto, entry: OnnxOp | None, opset: int, name: str) -> bool:
+        for out in node.output:  # intermediate values the conversion emits must not take these names
+            if out:
+                self.graph.reserve(out)
         return True
 
     def not_followed(self, index: int, node: NodeProto, opset: int, signal: OperandNotVisible) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import onnx
 from onnx import numpy_helper
 
 from glowpy.errors import InvalidModel, MismatchingShape, UnsupportedDatatype
@@ -33,7 +32,8 @@ from glowpy.importer.table import (
     onnx_op,
 )
 from glowpy.ir.graph import Value
-from glowpy.ir.types import ALL_TYPES, NUMERIC_TYPES, dtype_from_onnx, is_supported_onnx_dtype
+from glowpy.ir.types import ALL_TYPES, NUMERIC_TYPES, dtype_from_onnx, is_supported_onnx_dtype, onnx_type_name
+from glowpy.limits import check_tensor
 
 # --- elementwise ---------------------------------------------------------------------------------
 
@@ -77,7 +77,7 @@ def dropout(ctx: NodeContext) -> list[Value]:
 
 def _cast_target(ctx: NodeContext, to: int) -> np.dtype:
     if not is_supported_onnx_dtype(to):
-        name = onnx.TensorProto.DataType.Name(to) if to in onnx.TensorProto.DataType.values() else to
+        name = onnx_type_name(to)
         raise ctx.error(UnsupportedDatatype, "cast target type not supported", expected="a numeric or bool type",
                         found=name)
     return dtype_from_onnx(to)
@@ -139,7 +139,7 @@ def constant(ctx: NodeContext) -> list[Value]:
     if key == "value":
         if not is_supported_onnx_dtype(val.data_type):
             raise ctx.error(UnsupportedDatatype, "constant element type not supported",
-                            found=onnx.TensorProto.DataType.Name(val.data_type))
+                            found=onnx_type_name(val.data_type))
         return [ctx.tensor_constant(0, val)]
     else:
         dtype = np.float32 if "float" in key else np.int64
@@ -157,10 +157,11 @@ def constant_of_shape(ctx: NodeContext) -> list[Value]:
     else:
         if not is_supported_onnx_dtype(value.data_type):
             raise ctx.error(UnsupportedDatatype, "fill element type not supported",
-                            found=onnx.TensorProto.DataType.Name(value.data_type))
+                            found=onnx_type_name(value.data_type))
         fill = numpy_helper.to_array(value).reshape(-1)
     if any(d < 0 for d in shape):
         raise ctx.unsupported("shape has negative dims", found=list(shape))
+    check_tensor(ctx.node.output[0], fill.dtype, shape, node=ctx.name, op=ctx.node.op_type)
     # broadcast_to gives a read-only view: the weight costs one element until a backend packs it.
     return [ctx.output_constant(0, np.broadcast_to(fill[:1].reshape(()), shape))]
 

@@ -26,7 +26,7 @@ from glowpy.importer.compat import (
     node_display_name,
 )
 from glowpy.importer.onnx_import import read_model
-from glowpy.ir.types import dtype_to_onnx
+from glowpy.ir.types import dtype_to_onnx, onnx_type_name
 
 if TYPE_CHECKING:
     from glowpy.backends.base import Backend
@@ -84,7 +84,7 @@ def _fmt_info(v: ValueInfoProto) -> str:
     tt = v.type.tensor_type
     if not tt.elem_type:
         return f"{v.name}: ?"
-    dt = TensorProto.DataType.Name(tt.elem_type).lower()
+    dt = onnx_type_name(tt.elem_type).lower()
     if not tt.HasField("shape"):
         return f"{v.name}: {dt}[?]"
     dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]

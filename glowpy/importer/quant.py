@@ -30,7 +30,7 @@ from glowpy.importer.table import (
 )
 from glowpy.ir.graph import Value
 from glowpy.ir.ops.quant import DEQUANT_TYPES, F32, I32, MATMUL_INT_TYPES, QUANT_TYPES, SCALE_TYPES, is_scalar
-from glowpy.ir.types import dtype_from_onnx, is_supported_onnx_dtype
+from glowpy.ir.types import dtype_from_onnx, is_supported_onnx_dtype, onnx_type_name
 
 _TP = onnx.TensorProto
 _PACKED = {_TP.INT4: "int4", _TP.UINT4: "uint4", _TP.INT2: "int2", _TP.UINT2: "uint2"}
@@ -45,20 +45,16 @@ def _require_opset(ctx: NodeContext, since: dict[str, int]) -> None:
                                   expected=f"opset >= {version}", found=ctx.opset)
 
 
-def _type_name(code: int) -> str:
-    return _TP.DataType.Name(code) if code in _TP.DataType.values() else str(code)
-
-
 def _quant_dtype(ctx: NodeContext, code: int, what: str, allowed: frozenset) -> np.dtype:
     """The numpy type of an ONNX element type a quantized tensor may have, or the precise refusal."""
     if code in _PACKED:
         raise ctx.error(UnsupportedDatatype, f"{what}: {_PACKED[code]} is packed several elements per byte in "
                         f"ONNX and glowpy has no such element type", expected=sorted(map(str, allowed)),
-                        found=_type_name(code))
+                        found=onnx_type_name(code))
     dtype = dtype_from_onnx(code) if is_supported_onnx_dtype(code) else None
     if dtype is None or dtype not in allowed:
         raise ctx.error(UnsupportedDatatype, f"{what}: element type not supported",
-                        expected=sorted(map(str, allowed)), found=_type_name(code) if dtype is None else str(dtype))
+                        expected=sorted(map(str, allowed)), found=onnx_type_name(code) if dtype is None else str(dtype))
     return dtype
 
 
@@ -114,7 +110,7 @@ def quantize_linear(ctx: NodeContext) -> list[Value]:
     prec = dtype_from_onnx(precision) if precision and is_supported_onnx_dtype(precision) else None
     if precision and prec not in SCALE_TYPES:
         raise ctx.unsupported("'precision' must name a float type glowpy has", expected="FLOAT or FLOAT16",
-                              found=_type_name(precision))
+                              found=onnx_type_name(precision))
     attrs = {**_granularity_attrs(ctx, x, scale), "dtype": out, "precision": prec}
     return ctx.emit("QuantizeLinear", [x, scale, _zero_point(ctx, 2, scale.shape, out)], attrs)
 

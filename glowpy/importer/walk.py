@@ -48,7 +48,8 @@ from glowpy.importer.functions import (
     needs_types,
 )
 from glowpy.importer.table import MAX_OPSET, MIN_OPSET, TABLE, check_node, normalize_domain
-from glowpy.ir.types import TensorType, dtype_from_onnx, dtype_to_onnx
+from glowpy.ir.types import TensorType, dtype_from_onnx, dtype_to_onnx, onnx_type_name
+from glowpy.limits import check_tensor
 
 if TYPE_CHECKING:
     from glowpy.importer.table import OnnxOp
@@ -84,9 +85,14 @@ def model_opsets(model: ModelProto) -> dict[str, int]:
 
 
 
+def text(s: str | bytes) -> str:
+    """A protobuf string field as text: protobuf hands back bytes when a field is not valid UTF-8."""
+    return s.decode("utf-8", "replace") if isinstance(s, bytes) else s
+
+
 def node_display_name(node: NodeProto, index: int) -> str:
     """The name errors and reports use for a node: its name, else its first output, else op_index."""
-    return node.name or (node.output[0] if node.output and node.output[0] else f"{node.op_type}_{index}")
+    return text(node.name or (node.output[0] if node.output and node.output[0] else f"{text(node.op_type)}_{index}"))
 
 
 def topo_order(nodes: Sequence[NodeProto], known: set[str]) -> tuple[list[int], list[int]]:
@@ -140,7 +146,7 @@ def declared_type(info: ValueInfoProto) -> tuple[np.dtype | None, list[int | str
         except UnsupportedDatatype as e:
             raise UnsupportedDatatype(f"'{info.name}' has an unsupported element type",
                                       expected="a numeric or bool tensor",
-                                      found=onnx.TensorProto.DataType.Name(tt.elem_type)) from e
+                                      found=onnx_type_name(tt.elem_type)) from e
     if not tt.HasField("shape"):
         return dtype, None
     dims: list[int | str | None] = []
@@ -155,7 +161,7 @@ def initializer_dtype(t: TensorProto) -> np.dtype:
     try:
         return dtype_from_onnx(t.data_type)
     except UnsupportedDatatype:
-        found = TensorProto.DataType.Name(t.data_type) if t.data_type in TensorProto.DataType.values() else t.data_type
+        found = onnx_type_name(t.data_type)
         raise UnsupportedDatatype(f"initializer '{t.name}' has an unsupported element type",
                                   expected="a numeric or bool tensor", found=found) from None
 
@@ -354,6 +360,7 @@ class Walk:
                 continue
             try:
                 dtype = initializer_dtype(t)
+                check_tensor(t.name, dtype, t.dims)  # from its dims, before a byte is read
             except GlowpyError as e:
                 self.host.bad_value(t.name, e, weight=True)
                 continue

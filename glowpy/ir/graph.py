@@ -305,6 +305,7 @@ class Graph:
         self.outputs: list[Value] = []
         self._names: set[str] = set()  # value names
         self._node_names: set[str] = set()
+        self._reserved: set[str] = set()  # names kept free for a value that will be renamed to them
         self._counter = 0
 
     # --- construction -------------------------------------------------------------------------
@@ -313,7 +314,7 @@ class Graph:
         """A name free in both the value and the node namespace."""
         base = base or "v"
         name = base
-        while name in self._names or name in self._node_names:
+        while name in self._names or name in self._node_names or name in self._reserved:
             self._counter += 1
             name = f"{base}.{self._counter}"
         return name
@@ -321,8 +322,15 @@ class Graph:
     def has_name(self, name: str) -> bool:
         return name in self._names or name in self._node_names
 
+    def reserve(self, name: str) -> None:
+        """Keep `name` out of `unique_name`'s choices until a value is renamed to it (an importer
+        reserves a node's ONNX output names while it emits the node's intermediate values)."""
+        if not self.has_name(name):
+            self._reserved.add(name)
+
     def rename_value(self, v: Value, new: str) -> None:
         self._names.discard(v.name)
+        self._reserved.discard(new)
         v.name = self._claim(new)
 
     def _claim(self, name: str) -> str:

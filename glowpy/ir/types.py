@@ -34,11 +34,16 @@ NUMERIC_TYPES = FLOAT_TYPES | INT_TYPES
 ALL_TYPES = frozenset(dt for _, dt in _DTYPES.values())
 
 
+def onnx_type_name(elem_type: int) -> str:
+    """The ONNX name of an element type code (FLOAT, INT4, ...), or the number when ONNX has none."""
+    return TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
+
+
 def dtype_from_onnx(elem_type: int) -> np.dtype:
     """numpy dtype of an ONNX TensorProto element type; UnsupportedDatatype if glowpy has none."""
     entry = _DTYPES.get(elem_type)
     if entry is None:
-        name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else elem_type
+        name = onnx_type_name(elem_type)
         raise UnsupportedDatatype(f"element type {name} is not supported")
     return entry[1]
 

@@ -211,15 +211,11 @@ def _cli(*argv: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-@pytest.mark.xfail(strict=True, reason="importer bug found by this fuzz: onnx_import.declared_type (and ops.py, "
-                   "compat.py) call TensorProto.DataType.Name on an unknown elem_type, which raises ValueError")
 def test_unknown_element_type_is_one_line(tmp_path):
     proc = _cli("run", str(_relu_model(tmp_path / "m.onnx", elem_type=99)), "-n", "1")
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="compat bug found by this fuzz: a node whose op_type is not UTF-8 reaches "
-                   "the check report as bytes (NodeReport.op), and the table cannot format it")
 def test_non_utf8_op_type_in_check(tmp_path):
     proc = _cli("check", str(_relu_model(tmp_path / "m.onnx", op_type=b"R\xffl\xfe")))
     assert proc.returncode == 1 and not proc.stderr, proc.stderr

@@ -165,8 +165,6 @@ def test_nan_inf_like_onnxruntime(case, size, backend):
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.xfail(strict=True, reason="importer bug: a variadic Max/Min/Sum with 3+ operands names its graph "
-                   "output 'y.1' instead of 'y'")
 def test_variadic_max_keeps_the_output_name():
     m, _ = CASES["Max3"]
     x = np.ones((3, 4, 5, 6), np.float32)
