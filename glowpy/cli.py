@@ -314,6 +314,7 @@ def _emit(text: str, path: str | None) -> None:
     """Text to stdout, or to the file --output names."""
     if path is None:
         print(text, end="")
+        sys.stdout.flush()  # a reader that has gone (| head) shows here, inside main, not at exit
         return
     try:
         Path(path).write_text(text)

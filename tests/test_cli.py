@@ -168,7 +168,8 @@ def test_interrupt_exits_130_quietly(small_model: Path, monkeypatch, capsys) -> 
 
 def test_closed_pipe_exits_141_quietly() -> None:
     root = Path(__file__).resolve().parents[1]
-    shell = f"PYTHONPATH={root} {sys.executable} -m glowpy.cli dump squeezenet | head -c 10 >/dev/null; " \
+    # `true` exits without reading, long before glowpy writes: the write meets a closed pipe
+    shell = f"PYTHONPATH={root} {sys.executable} -m glowpy.cli dump squeezenet | true; " \
             "echo ${PIPESTATUS[0]}"
     proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "141" and proc.stderr == "", proc.stderr

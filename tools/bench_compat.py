@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,14 +51,9 @@ def conv_models(channels: int, size: int) -> tuple[bytes, bytes]:
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    from glowpy.bench import time_runs
+
+    return statistics.median(time_runs(fn, repeats, warmup))
 
 
 def fmt(seconds: float) -> str:
