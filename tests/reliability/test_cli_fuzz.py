@@ -15,8 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 SEED = int(os.environ.get("GLOWPY_FUZZ_SEED", "16"))  # another seed: GLOWPY_FUZZ_SEED=N
 MUTATED_MODELS = 90
