@@ -18,6 +18,8 @@ records types instead of building a graph:
   the conversion emitted.
 
 Every node gets a verdict; a failure never stops the others.
+
+One file: the report types and the types-only host that fills them are read together.
 """
 
 from __future__ import annotations

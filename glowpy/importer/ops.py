@@ -2,6 +2,9 @@
 
 A converter reads its node through `NodeContext` and emits IR ops. Opset differences (an attribute
 that became an input, changed defaults or semantics) are handled here and nowhere else.
+
+One file for the core ops: each converter is a short function next to its table row, and the families
+with more code of their own (rnn.py, quant.py) have files of their own.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ Contract for callers: the work (pixel panels x row blocks, or channel planes) is
 balanced ranges by (tid, nthreads), any nthreads >= 1; a thread writes only its outputs and its scratch.
 No alignment is assumed for any pointer. `out` must not overlap `x`; it may be the residual buffer itself
 (every output element is read as residual before it is first written, by the same thread).
+
+One file for the four paths (GEMM over panels, channel vectors, Winograd, depthwise): they share the
+geometry, the panel packing and the fused epilogue, and `pack_conv2d` must mirror each emitter exactly.
 """
 
 from __future__ import annotations
@@ -27,11 +30,7 @@ from llvmlite import ir
 
 from glowpy.backends.cpu import activations
 from glowpy.backends.cpu import irutil as U
-from glowpy.errors import MismatchingShape, UnsupportedShape
-from glowpy.ir.ops.nn import conv_out_dim
-
-from .common import KernelInfo
-from .gemm import (
+from glowpy.backends.cpu.vector import (
     I32,
     I64,
     PTR,
@@ -39,13 +38,15 @@ from .gemm import (
     VecIR,
     block_loop,
     choose,
-    choose_tile,
     chunk_loop,
-    emit_tile,
-    kernel_function,
     panel_walk,
     when,
 )
+from glowpy.errors import MismatchingShape, UnsupportedShape
+from glowpy.ir.ops.nn import conv_out_dim
+
+from .common import KernelInfo
+from .gemm import choose_tile, emit_tile, kernel_function
 
 # Reduction chunking: a panel's chunk of the vector operand (kc x NR floats) and the chunk of
 # weights (rows x kc) should stay cache-resident while the tiles pass over them. Measured on Zen 4
