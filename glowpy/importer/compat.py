@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 OK_STATUSES = frozenset({Status.SUCCESS, Status.FALLBACK})
 FOLD_LIMIT = 4096  # elements: shape-like values are computed during the check; bigger ones stay types
 CONSTANT_LIMIT = 4096  # elements: a bigger Constant node is a weight, typed from its dims only
+SHAPE_LIMIT = 64  # elements: an integer initializer this small is a shape, axes or indices, read as the full path does
 
 
 # --- the report ------------------------------------------------------------------------------------
@@ -193,6 +194,18 @@ def _rebuild(err: GlowpyError, *, node: str, op: str, opset: int | None = None) 
     return type(err)(err.reason, node=node, op=op, opset=opset, expected=err.expected, found=err.found)
 
 
+def _small_ints(t: TensorProto, dtype: np.dtype, dims: tuple[int, ...]) -> np.ndarray | None:
+    """The value of a tiny integer initializer stored in the model, else None (a weight, or a
+    placeholder the host fills at init)."""
+    if dtype.kind not in "iu" or math.prod(dims) > SHAPE_LIMIT or t.data_location == TensorProto.EXTERNAL:
+        return None
+    try:
+        data = numpy_helper.to_array(t)
+    except (ValueError, TypeError):
+        return None
+    return data if data.shape == dims else None
+
+
 class Checker(Host):
     """The walk's types-only host: one run over a ModelProto (`run()` gives the report). It records
     what is known about every value in `slots` (the partitioner declares subgraph boundaries from it),
@@ -251,11 +264,12 @@ class Checker(Host):
         self.issues.append(Issue(err.status, str(err)))
 
     def add_initializer(self, t: TensorProto, dtype: np.dtype) -> None:
-        # Only dims and data_type: even len(t.raw_data) would copy the payload. An empty weight's
-        # value is known without reading anything.
+        # Only dims and data_type for weights: even len(t.raw_data) would copy the payload. An empty
+        # weight's value is known without reading anything; a tiny integer one (a shape, axes, indices:
+        # what decides output shapes and sizes) is read, so shapes follow as on the full path.
         dims = tuple(int(d) for d in t.dims)
-        empty = np.zeros(dims, dtype) if 0 in dims else None
-        self.slots[t.name] = Slot(dtype, dims, Value(t.name, TensorType(dtype, dims), "constant", data=empty),
+        data = np.zeros(dims, dtype) if 0 in dims else _small_ints(t, dtype, dims)
+        self.slots[t.name] = Slot(dtype, dims, Value(t.name, TensorType(dtype, dims), "constant", data=data),
                                   weight=True)
 
     def add_input(self, info: ValueInfoProto, dtype: np.dtype, dims: list[Any] | None) -> None:

@@ -189,3 +189,13 @@ def test_cli_bad_limit_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == ["glowpy check: error: GLOWPY_MAX_MEMORY='plenty': expected a positive size "
                                         "in bytes or with a unit, like 4G or 512M"], proc.stderr
+
+
+def test_check_flags_the_bomb_without_declared_shapes():
+    """The shape operand is a 4-element int64 initializer: the check reads such tiny integer tensors
+    (as the full path does), so the size is known without any declared shape and without allocating."""
+    t = time.perf_counter()
+    report = glowpy.check(bomb_model(declare_shapes=False), backend="cpu")
+    assert time.perf_counter() - t < 1.0
+    assert report.status == Status.NO_SYSTEM_MEMORY
+    assert report.nodes[0].name == "bomb" and "14.6 TiB" in report.nodes[0].reason
