@@ -429,7 +429,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         "the engines alternate for --rounds rounds of --iterations timed runs, and figures are medians over "
         "the rounds. Inputs are deterministic (seeded), as for `glowpy run`."))
     add_model_arg(p)
-    p.add_argument("--vs", metavar="ENGINE", help="also run this engine and compare: onnxruntime")
+    p.add_argument("--vs", metavar="ENGINE", help="also run this engine and compare: onnxruntime or openvino")
     p.add_argument("--threads", "-t", metavar="N", help="threads of each engine (default: $GLOWPY_NUM_THREADS, "
                    "else all cores)")
     p.add_argument("--iterations", "-n", metavar="K", default="30", help="timed runs per round (default: 30)")
@@ -453,11 +453,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     shapes = _shape_bindings(args.shape)
     engines = ["glowpy"]
     if args.vs is not None:
-        if args.vs != "onnxruntime":
-            raise UsageError(f"--vs {args.vs}: the engine to compare with must be onnxruntime")
-        if not bench.have_onnxruntime():
-            raise UsageError("--vs onnxruntime: onnxruntime is not installed (pip install onnxruntime)")
-        engines.append("onnxruntime")
+        if args.vs not in bench.PEERS:
+            raise UsageError(f"--vs {args.vs}: the engine to compare with must be one of {', '.join(bench.PEERS)}")
+        if not bench.have_engine(args.vs):
+            raise UsageError(f"--vs {args.vs}: {args.vs} is not installed (pip install {args.vs})")
+        engines.append(args.vs)
     threads = _threads_option(args).get("threads")
     if threads is None and "threads" in _backend_options(args.backend):
         from glowpy.backends.cpu import resolve_threads
