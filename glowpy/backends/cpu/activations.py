@@ -28,6 +28,7 @@ class Math(Protocol):
     def cmp(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value: ...
     def select(self, c: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value: ...
     def exp(self, x: ir.Value) -> ir.Value: ...
+    def expm1(self, x: ir.Value) -> ir.Value: ...
     def tanh(self, x: ir.Value) -> ir.Value: ...
 
 
@@ -60,6 +61,9 @@ class ScalarMath:
 
     def exp(self, x):
         return U.libm(self.b, "exp", x)
+
+    def expm1(self, x):
+        return U.libm(self.b, "expm1", x)
 
     def tanh(self, x):
         return U.libm(self.b, "tanh", x)
@@ -95,6 +99,10 @@ class VectorMath:
     def exp(self, x):
         return self.vx.exp(x)
 
+    def expm1(self, x):
+        # exp(x) - 1 loses relative precision only near 0, where the result is below 1e-7 in absolute error
+        return self.sub(self.vx.exp(x), self.const(1.0))
+
     def tanh(self, x):
         # tanh(|x|) = (1 - e) / (1 + e) with e = exp(-2|x|) <= 1, then the sign of x
         one = self.const(1.0)
@@ -113,6 +121,26 @@ def _sigmoid(m: Math, x: ir.Value) -> ir.Value:
     return m.div(one, m.add(one, m.exp(m.sub(m.const(0.0), x))))
 
 
+def _elu(m: Math, x: ir.Value, alpha: float) -> ir.Value:
+    return m.select(m.cmp(">", x, m.const(0.0)), x, m.mul(m.const(alpha), m.expm1(x)))
+
+
+def _shrink(m: Math, x: ir.Value, bias: float, lambd: float) -> ir.Value:
+    inner = m.select(m.cmp(">", x, m.const(lambd)), m.sub(x, m.const(bias)), m.const(0.0))
+    return m.select(m.cmp("<", x, m.const(-lambd)), m.add(x, m.const(bias)), inner)
+
+
+def _celu(m: Math, x: ir.Value, alpha: float) -> ir.Value:
+    # max(0, x) + min(0, alpha * expm1(x / alpha)); the second select keeps a NaN
+    zero = m.const(0.0)
+    neg = m.mul(m.const(alpha), m.expm1(m.div(x, m.const(alpha))))
+    return m.add(m.select(m.cmp(">", x, zero), x, zero), m.select(m.cmp(">", neg, zero), zero, neg))
+
+
+def _abs(m: Math, x: ir.Value) -> ir.Value:
+    return m.select(m.cmp("<", x, m.const(0.0)), m.sub(m.const(0.0), x), x)
+
+
 Emitter = Callable[[Math, ir.Value, Sequence[Any]], ir.Value]
 
 EMITTERS: dict[str, Emitter] = {
@@ -123,6 +151,12 @@ EMITTERS: dict[str, Emitter] = {
     "tanh": lambda m, x, p: m.tanh(x),
     "hard_sigmoid": lambda m, x, p: _clamp(m, m.add(m.mul(x, m.const(p[0])), m.const(p[1])), 0.0, 1.0),
     "hard_swish": lambda m, x, p: m.mul(x, _clamp(m, m.add(m.mul(x, m.const(1 / 6)), m.const(0.5)), 0.0, 1.0)),
+    "elu": lambda m, x, p: _elu(m, x, p[0]),
+    "selu": lambda m, x, p: m.mul(_elu(m, x, p[0]), m.const(p[1])),
+    "celu": lambda m, x, p: _celu(m, x, p[0]),
+    "thresholded_relu": lambda m, x, p: m.select(m.cmp(">", x, m.const(p[0])), x, m.const(0.0)),
+    "softsign": lambda m, x, p: m.div(x, m.add(m.const(1.0), _abs(m, x))),
+    "shrink": lambda m, x, p: _shrink(m, x, p[0], p[1]),
 }
 
 # IR ops the elementwise kernels generate through an emitter (on float values).
