@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import numpy as np
 from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
@@ -21,6 +22,7 @@ from glowpy.ir.activations import ACTIVATIONS, NONE
 
 class Math(Protocol):
     def const(self, v: float) -> ir.Value: ...
+    def bound(self, v: float) -> ir.Value: ...  # a constant x is compared with, in x's element type
     def add(self, a: ir.Value, b: ir.Value) -> ir.Value: ...
     def sub(self, a: ir.Value, b: ir.Value) -> ir.Value: ...
     def mul(self, a: ir.Value, b: ir.Value) -> ir.Value: ...
@@ -35,10 +37,16 @@ class Math(Protocol):
 class ScalarMath:
     """Math on one float value (f32 or f64); exp and tanh from libm."""
 
-    def __init__(self, b: ir.IRBuilder, t: ir.Type) -> None:
+    def __init__(self, b: ir.IRBuilder, t: ir.Type, storage: np.dtype | None = None) -> None:
         self.b, self.t = b, t
+        self.storage = storage  # the element type when it is narrower than t (float16 computed in f32)
 
     def const(self, v: float) -> ir.Value:
+        return ir.Constant(self.t, float(v))
+
+    def bound(self, v: float) -> ir.Value:
+        if self.storage is not None:  # numpy compares a float16 array with a float16 bound
+            v = np.asarray(v).astype(self.storage)
         return ir.Constant(self.t, float(v))
 
     def add(self, a, b):
@@ -76,6 +84,9 @@ class VectorMath:
         self.vx = vx
 
     def const(self, v):
+        return self.vx.fconst(v)
+
+    def bound(self, v):
         return self.vx.fconst(v)
 
     def add(self, a, b):
@@ -126,8 +137,8 @@ def _elu(m: Math, x: ir.Value, alpha: float) -> ir.Value:
 
 
 def _shrink(m: Math, x: ir.Value, bias: float, lambd: float) -> ir.Value:
-    inner = m.select(m.cmp(">", x, m.const(lambd)), m.sub(x, m.const(bias)), m.const(0.0))
-    return m.select(m.cmp("<", x, m.const(-lambd)), m.add(x, m.const(bias)), inner)
+    inner = m.select(m.cmp(">", x, m.bound(lambd)), m.sub(x, m.const(bias)), m.const(0.0))
+    return m.select(m.cmp("<", x, m.bound(-lambd)), m.add(x, m.const(bias)), inner)
 
 
 def _celu(m: Math, x: ir.Value, alpha: float) -> ir.Value:
@@ -154,7 +165,7 @@ EMITTERS: dict[str, Emitter] = {
     "elu": lambda m, x, p: _elu(m, x, p[0]),
     "selu": lambda m, x, p: m.mul(_elu(m, x, p[0]), m.const(p[1])),
     "celu": lambda m, x, p: _celu(m, x, p[0]),
-    "thresholded_relu": lambda m, x, p: m.select(m.cmp(">", x, m.const(p[0])), x, m.const(0.0)),
+    "thresholded_relu": lambda m, x, p: m.select(m.cmp(">", x, m.bound(p[0])), x, m.const(0.0)),
     "softsign": lambda m, x, p: m.div(x, m.add(m.const(1.0), _abs(m, x))),
     "shrink": lambda m, x, p: _shrink(m, x, p[0], p[1]),
 }

@@ -203,7 +203,8 @@ def _scalar(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.V
         return _cast(b, x, dt, out)
     if flt and op in activations.EMITTED_OPS:
         name = activations.EMITTED_OPS[op]
-        return activations.emit(activations.ScalarMath(b, t), x, name, ACTIVATIONS[name].params_of(attrs))
+        storage = dt if dt == np.float16 else None
+        return activations.emit(activations.ScalarMath(b, t, storage), x, name, ACTIVATIONS[name].params_of(attrs))
     if op == "Relu":
         if dt.kind == "u":
             return x
