@@ -158,19 +158,22 @@ def tile(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Reshape", [y], {"shape": tuple(r * d for r, d in zip(reps, x.shape))})
 
 
-@onnx_op("Trilu", attrs={"upper": BOOL_INT}, dtypes=ALL_TYPES, const_inputs=(1,), since=14)
+@onnx_op("Trilu", attrs={"upper": BOOL_INT}, dtypes=ALL_TYPES, since=14)
 def trilu(ctx: NodeContext) -> list[Value]:
+    """Where(j - i beyond k, 0, x): k may be a run-time value (it changes values, not the shape)."""
     x = ctx.input(0)
     if x.type.rank < 2:
         raise ctx.error(UnsupportedShape, "Trilu takes a tensor of rank >= 2", expected="rank >= 2",
                         found=list(x.shape))
-    k = ctx.const_ints(1, (0,))
-    if len(k) != 1:
-        raise ctx.error(InvalidModel, "k must be a scalar", found=list(k))
     n, m = x.shape[-2:]
-    diag = np.arange(m)[None, :] - np.arange(n)[:, None]
-    mask = diag >= k[0] if ctx.attr("upper", 1) else diag <= k[0]
-    return ctx.emit("Where", [ctx.constant(mask, "mask"), x, ctx.constant(np.zeros((), x.dtype), "zero")])
+    diag = ctx.constant(np.arange(m, dtype=np.int64)[None, :] - np.arange(n, dtype=np.int64)[:, None], "diag")
+    k = ctx.input(1) if ctx.has_input(1) else ctx.constant(np.zeros((), np.int64), "k")
+    if k.type.size != 1 or k.dtype != np.int64:
+        raise ctx.error(InvalidModel, "k must be an int64 scalar", expected="int64[]", found=str(k.type))
+    if k.type.rank:
+        k = ctx.emit1("Reshape", [k], {"shape": ()})
+    drop = ctx.emit1("Less" if ctx.attr("upper", 1) else "Greater", [diag, k])
+    return ctx.emit("Where", [drop, ctx.constant(np.zeros((), x.dtype), "zero"), x])
 
 
 def _blocks(ctx: NodeContext) -> tuple[Value, int, str]:
