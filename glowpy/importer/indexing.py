@@ -17,7 +17,7 @@ import numpy as np
 
 from glowpy.errors import InvalidModel, MismatchingShape, UnsupportedDatatype, UnsupportedShape
 from glowpy.importer.context import NodeContext
-from glowpy.importer.table import BOOL_INT, INT, INTS, POSITIVE, IGNORED, Rule, one_of, onnx_op
+from glowpy.importer.table import BOOL_INT, IGNORED, INT, INTS, POSITIVE, Rule, one_of, onnx_op
 from glowpy.ir.graph import Value
 from glowpy.ir.ops.indexing import REDUCTIONS
 from glowpy.ir.types import ALL_TYPES, NUMERIC_TYPES, dtype_from_onnx, is_supported_onnx_dtype, onnx_type_name
