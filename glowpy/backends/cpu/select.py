@@ -14,7 +14,7 @@ from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.fusion import post_elementwise
-from glowpy.backends.cpu.kernels import linalg, movement, norm, pool, reduce
+from glowpy.backends.cpu.kernels import indexing, linalg, movement, norm, pool, reduce
 from glowpy.backends.cpu.kernels.conv import emit_conv2d
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
 from glowpy.backends.cpu.module_text import ident
@@ -370,6 +370,76 @@ def _lower_Gather(low: Lowering, node: Node) -> None:
     _simple(low, node, fn, [low.val(x), low.val(idx)], node.outputs[0].type.size)
 
 
+# --- indexing (kernels/indexing.py) -----------------------------------------------------------------
+
+
+def _lower_GatherElements(low: Lowering, node: Node) -> None:
+    x, idx = node.inputs
+    fn = indexing.emit_gather_elements(low.kmod(), low.fname([node]), x.dtype, idx.dtype, x.shape, idx.shape,
+                                       node.attrs["axis"] % x.type.rank)
+    _simple(low, node, fn, [low.val(x), low.val(idx)], node.outputs[0].type.size)
+
+
+def _lower_GatherND(low: Lowering, node: Node) -> None:
+    x, idx = node.inputs
+    fn = indexing.emit_gather_nd(low.kmod(), low.fname([node]), x.dtype, idx.dtype, x.shape, idx.shape,
+                                 node.attrs["batch_dims"])
+    _simple(low, node, fn, [low.val(x), low.val(idx)], node.outputs[0].type.size)
+
+
+def _lower_ScatterND(low: Lowering, node: Node) -> None:
+    x, idx, upd = node.inputs
+    fn = indexing.emit_scatter_nd(low.kmod(), low.fname([node]), x.dtype, idx.dtype, x.shape, idx.shape,
+                                  node.attrs["reduction"])
+    _simple(low, node, fn, [low.val(x), low.val(idx), low.val(upd)], 0.0)  # serial: updates apply in order
+
+
+def _lower_ScatterElements(low: Lowering, node: Node) -> None:
+    x, idx, upd = node.inputs
+    fn = indexing.emit_scatter_elements(low.kmod(), low.fname([node]), x.dtype, idx.dtype, x.shape, idx.shape,
+                                        node.attrs["axis"] % x.type.rank, node.attrs["reduction"])
+    _simple(low, node, fn, [low.val(x), low.val(idx), low.val(upd)], 0.0)  # serial: updates apply in order
+
+
+def _cumulative(low: Lowering, node: Node, kind: str) -> None:
+    x = node.inputs[0]
+    a = node.attrs
+    fn = indexing.emit_cumulative(low.kmod(), low.fname([node]), x.dtype, x.shape, a["axis"] % x.type.rank, kind,
+                                  bool(a["exclusive"]), bool(a["reverse"]))
+    _simple(low, node, fn, [low.val(x)], x.type.size)
+
+
+def _lower_CumSum(low: Lowering, node: Node) -> None:
+    _cumulative(low, node, "sum")
+
+
+def _lower_CumProd(low: Lowering, node: Node) -> None:
+    _cumulative(low, node, "prod")
+
+
+def _lower_TopK(low: Lowering, node: Node) -> None:
+    x = node.inputs[0]
+    a = node.attrs
+    fn = indexing.emit_topk(low.kmod(), low.fname([node]), x.dtype, x.shape, a["axis"] % x.type.rank, a["k"],
+                            bool(a["largest"]))
+    _simple(low, node, fn, [low.val(x)], x.type.size * max(a["k"], 1), outs=list(node.outputs))
+
+
+def _lower_OneHot(low: Lowering, node: Node) -> None:
+    idx, values = node.inputs
+    out = node.outputs[0]
+    fn = indexing.emit_onehot(low.kmod(), low.fname([node]), values.dtype, idx.dtype, idx.shape, node.attrs["depth"],
+                              node.attrs["axis"] % out.type.rank)
+    _simple(low, node, fn, [low.val(idx), low.val(values)], out.type.size)
+
+
+def _lower_ReverseSequence(low: Lowering, node: Node) -> None:
+    x, lens = node.inputs
+    fn = indexing.emit_reverse_sequence(low.kmod(), low.fname([node]), x.dtype, lens.dtype, x.shape,
+                                        node.attrs["batch_axis"], node.attrs["time_axis"])
+    _simple(low, node, fn, [low.val(x), low.val(lens)], x.type.size)
+
+
 # The op -> kernel emitter table: every op the backend has a kernel for, besides elementwise groups
 # (fusion.py) and aliases (ALIAS_OPS).
 HEAVY = {
@@ -399,6 +469,15 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "Split": _lower_Split,
     "Pad": _lower_Pad,
     "Gather": _lower_Gather,
+    "GatherElements": _lower_GatherElements,
+    "GatherND": _lower_GatherND,
+    "ScatterND": _lower_ScatterND,
+    "ScatterElements": _lower_ScatterElements,
+    "CumSum": _lower_CumSum,
+    "CumProd": _lower_CumProd,
+    "TopK": _lower_TopK,
+    "OneHot": _lower_OneHot,
+    "ReverseSequence": _lower_ReverseSequence,
     "Conv": lower_heavy_node,
     "Gemm": lower_heavy_node,
     "FullyConnected": lower_heavy_node,
