@@ -8,9 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from glowpy import pipeline
+from glowpy.backends.cpu import CpuBackend
+from glowpy.backends.cpu.target import isa_available
 from glowpy.errors import InvalidModel, UnsupportedAttribute
 
-from .util import Const, check, expect_error, randn
+from .util import Const, assert_same, check, expect_error, node_model, randn, run_oracle
 
 EMPTY = Const(np.zeros(0, dtype=np.float32))
 
@@ -101,3 +104,17 @@ def test_resize_errors():
     expect_error(UnsupportedAttribute, "Resize", [X, None, f32(1, 1, 2, 2)], opset=13,
                  attrs={"mode": "area"}, mentions=["mode"])
     expect_error(UnsupportedAttribute, "Resize", [X, None, f32(1, 1, -2, 2)], opset=13, mentions=["positive"])
+
+
+@pytest.mark.parametrize("isa", ["host", "avx2"])
+def test_resize_vector_paths(isa):
+    """Both kernel shapes (the H pass over contiguous rows, the W pass through the index table) with
+    whole vectors and a masked tail, at both vector widths and on two threads, against the reference."""
+    if isa == "avx2" and not isa_available("avx2"):
+        pytest.skip("host without AVX2")  # the AVX-512 / host case above still runs
+    for scales, attrs in (((1, 1, 2, 2), {"mode": "nearest"}), ((1, 1, 2.5, 3.3), {"mode": "linear"}),
+                          ((1, 1, 1.7, 0.6), {"mode": "cubic", "coordinate_transformation_mode": "align_corners"})):
+        model, feeds = node_model("Resize", [randn(2, 3, 9, 21), None, f32(*scales)], opset=13, attrs=attrs)
+        want = run_oracle(model, feeds)[0]
+        cm = CpuBackend().compile(pipeline.load(model), threads=2, isa=isa, cache=False)
+        assert_same(f"Resize {attrs} on {isa}", cm.run([feeds["in0"]])[0], want)
