@@ -10,7 +10,7 @@ import numpy as np
 
 from glowpy.errors import InvalidModel
 from glowpy.importer.context import NodeContext
-from glowpy.importer.table import BOOL_INT, FLOAT, INTS, Rule, one_of, onnx_op
+from glowpy.importer.table import BOOL_INT, FLOAT, INT, INTS, Rule, one_of, onnx_op
 from glowpy.ir.graph import Value
 from glowpy.ir.ops.resize import COORDINATE_MODES
 
@@ -108,3 +108,82 @@ def upsample(ctx: NodeContext) -> list[Value]:
                         {"mode": ctx.attr("mode"), "coordinate_transformation_mode": "asymmetric",
                          "nearest_mode": "simple"})
 
+
+
+# --- normalizations composed of IR ops -----------------------------------------------------------
+
+
+def _channel_affine(ctx: NodeContext, y: Value, scale: Value, bias: Value | None, rank: int) -> Value:
+    """y * scale + bias with scale / bias (C,) broadcast over dim 1 of a rank-`rank` tensor."""
+    shape = (scale.shape[0],) + (1,) * (rank - 2)
+    y = ctx.emit1("Mul", [y, ctx.emit1("Reshape", [scale], {"shape": shape})])
+    if bias is not None:
+        y = ctx.emit1("Add", [y, ctx.emit1("Reshape", [bias], {"shape": shape})])
+    return y
+
+
+@onnx_op("InstanceNormalization", attrs={"epsilon": FLOAT})
+def instance_norm(ctx: NodeContext) -> list[Value]:
+    x, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    r = x.type.rank
+    if r < 3:
+        raise ctx.unsupported("InstanceNormalization needs N x C x spatial input", expected="rank >= 3", found=r)
+    c = x.shape[1]
+    if scale.shape != (c,) or bias.shape != (c,):
+        raise ctx.error(InvalidModel, "scale and B need one value per channel", expected=(c,),
+                        found=f"{scale.shape}, {bias.shape}")
+    # Normalize each (n, c) plane: a LayerNormalization over the spatial dims, then the channel affine.
+    one = ctx.constant(np.ones(1, dtype=x.dtype), "one")
+    y = ctx.emit1("LayerNormalization", [x, one], {"axis": 2, "epsilon": ctx.attr("epsilon")})
+    return [_channel_affine(ctx, y, scale, bias, r)]
+
+
+@onnx_op("GroupNormalization", attrs={"epsilon": FLOAT, "num_groups": INT,
+                                      "stash_type": one_of(1)}, since=18)
+def group_norm(ctx: NodeContext) -> list[Value]:
+    x, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    r = x.type.rank
+    g = ctx.attr("num_groups")
+    if g is None:
+        raise ctx.error(InvalidModel, "'num_groups' is required")
+    if r < 2 or g <= 0 or x.shape[1] % g:
+        raise ctx.unsupported("num_groups must divide the channels", expected=f"a divisor of {x.shape[1:2]}",
+                              found=g)
+    n, c = x.shape[:2]
+    # Opset 18 gives scale and bias per group, 21 per channel.
+    per = g if ctx.opset < 21 else c
+    if scale.shape != (per,) or bias.shape != (per,):
+        raise ctx.error(InvalidModel, "scale and bias have the wrong length", expected=(per,),
+                        found=f"{scale.shape}, {bias.shape}")
+    one = ctx.constant(np.ones(1, dtype=x.dtype), "one")
+    grouped = ctx.emit1("Reshape", [x], {"shape": (n, g, x.type.size // max(n * g, 1))})
+    y = ctx.emit1("LayerNormalization", [grouped, one], {"axis": 2, "epsilon": ctx.attr("epsilon")})
+    if per == g:  # per group: apply on the grouped view
+        y = _channel_affine(ctx, y, scale, bias, 3)
+        return ctx.emit("Reshape", [y], {"shape": x.shape})
+    y = ctx.emit1("Reshape", [y], {"shape": x.shape})
+    return [_channel_affine(ctx, y, scale, bias, r)]
+
+
+@onnx_op("RMSNormalization", attrs={"axis": INT, "epsilon": FLOAT, "stash_type": one_of(1)}, since=23)
+def rms_norm(ctx: NodeContext) -> list[Value]:
+    x, scale = ctx.input(0), ctx.input(1)
+    axis = ctx.axis(ctx.attr("axis"), x.type.rank)
+    axes = tuple(range(axis, x.type.rank))
+    ms = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [x, x])], {"axes": axes, "keepdims": 1})
+    eps = ctx.constant(np.array(ctx.attr("epsilon"), dtype=x.dtype), "epsilon")
+    y = ctx.emit1("Div", [x, ctx.emit1("Sqrt", [ctx.emit1("Add", [ms, eps])])])
+    return ctx.emit("Mul", [y, scale])
+
+
+@onnx_op("LpNormalization", attrs={"axis": INT, "p": one_of(1, 2)})
+def lp_norm(ctx: NodeContext) -> list[Value]:
+    x = ctx.input(0)
+    axis = ctx.axis(ctx.attr("axis"), x.type.rank)
+    if ctx.attr("p") == 1:
+        norm = ctx.emit1("ReduceSum", [ctx.emit1("Abs", [x])], {"axes": (axis,), "keepdims": 1})
+    else:
+        norm = ctx.emit1("Sqrt", [ctx.emit1("ReduceSum", [ctx.emit1("Mul", [x, x])], {"axes": (axis,), "keepdims": 1})])
+    zero = ctx.constant(np.zeros((), dtype=x.dtype), "zero")
+    # A zero norm gives 0, not 0 / 0 (onnx.reference, onnxruntime).
+    return ctx.emit("Where", [ctx.emit1("Equal", [norm, zero]), zero, ctx.emit1("Div", [x, norm])])
