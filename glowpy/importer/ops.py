@@ -327,15 +327,23 @@ def lrn(ctx: NodeContext) -> list[Value]:
 
 
 @onnx_op("LayerNormalization", attrs={"axis": INT, "epsilon": FLOAT, "stash_type": equals(1, "float32 stash")},
-         since=17)
+         since=17, max_outputs=3)
 def layer_norm(ctx: NodeContext) -> list[Value]:
-    if len([o for o in ctx.node.output if o]) > 1:
-        raise ctx.unsupported("Mean / InvStdDev outputs are not supported", expected="1 output",
-                              found=len(ctx.node.output))
     x = ctx.input(0)
     axis = ctx.axis(ctx.attr("axis"), x.type.rank)
     ins = [x, ctx.input(1)] + ([ctx.input(2)] if ctx.has_input(2) else [])
-    return ctx.emit("LayerNormalization", ins, {"axis": axis, "epsilon": ctx.attr("epsilon")})
+    y = ctx.emit("LayerNormalization", ins, {"axis": axis, "epsilon": ctx.attr("epsilon")})
+    if not any(ctx.node.output[1:]):
+        return y
+    # Mean and InvStdDev (float32, the stash type), over the normalized dims kept as size 1.
+    axes = tuple(range(axis, x.type.rank))
+    xs = x if x.dtype == np.float32 else ctx.emit1("Cast", [x], {"to": np.dtype(np.float32)})
+    mean = ctx.emit1("ReduceMean", [xs], {"axes": axes, "keepdims": 1})
+    d = ctx.emit1("Sub", [xs, mean])
+    var = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [d, d])], {"axes": axes, "keepdims": 1})
+    eps = ctx.constant(np.array(ctx.attr("epsilon"), dtype=np.float32), "epsilon")
+    inv = ctx.emit1("Reciprocal", [ctx.emit1("Sqrt", [ctx.emit1("Add", [var, eps])])])
+    return [*y, mean, inv]
 
 
 def _softmax(op_type: str) -> None:

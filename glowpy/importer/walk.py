@@ -37,7 +37,7 @@ from glowpy.errors import (
     UnsupportedOperator,
     UnsupportedVersion,
 )
-from glowpy.importer import indexing, ops, quant, rnn  # noqa: F401  (the rows: each module registers its converters in the table)
+from glowpy.importer import indexing, nn, ops, quant, rnn  # noqa: F401  (the rows: each module registers its converters in the table)
 from glowpy.importer.context import NodeContext
 from glowpy.importer.functions import (
     MAX_DEPTH,

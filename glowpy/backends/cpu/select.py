@@ -14,13 +14,15 @@ from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.fusion import post_elementwise
-from glowpy.backends.cpu.kernels import indexing, linalg, movement, norm, pool, reduce
+from glowpy.backends.cpu.kernels import indexing, linalg, movement, norm, pool, reduce, resize
 from glowpy.backends.cpu.kernels.conv import emit_conv2d
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
 from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
 from glowpy.errors import GlowpyError
 from glowpy.ir.graph import Node, Value
+from glowpy.ir.ops.resize import tables_for
+from glowpy.ir.types import TensorType
 
 if TYPE_CHECKING:
     from glowpy.backends.cpu.lowering import Lowering
@@ -438,6 +440,35 @@ def _lower_ReverseSequence(low: Lowering, node: Node) -> None:
     fn = indexing.emit_reverse_sequence(low.kmod(), low.fname([node]), x.dtype, lens.dtype, x.shape,
                                         node.attrs["batch_axis"], node.attrs["time_axis"])
     _simple(low, node, fn, [low.val(x), low.val(lens)], x.type.size)
+def _lower_Resize(low: Lowering, node: Node) -> None:
+    """One resample step per resized axis (tables from the IR op's), through float32 (float64)
+    intermediates; no resized axis is a copy."""
+    x, out = node.inputs[0], node.outputs[0]
+    passes = tables_for(node.attrs, x.shape)
+    if not passes or out.type.size == 0:
+        _copies(low, node, [movement.plain_copy(out.shape)], [out], [x])
+        return
+    acc = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
+    src, shape = x, tuple(x.shape)
+    for k, (axis, idx, w, extrap) in enumerate(passes):
+        n_out = idx.shape[0]
+        new_shape = shape[:axis] + (n_out,) + shape[axis + 1:]
+        last = k == len(passes) - 1
+        dst = out if last else Value(f"{out.name}.resize{k}", TensorType(acc, new_shape), "node")
+        vw = low.vector_width
+        stride = -(-n_out // vw) * vw  # tap-major tables padded to whole vectors (index 0, weight 0)
+        tab_i = np.zeros((idx.shape[1], stride), np.int32)
+        tab_w = np.zeros((idx.shape[1], stride), acc)
+        tab_i[:, :n_out], tab_w[:, :n_out] = idx.T, w.T
+        fn = resize.emit_resample(low.kmod(), low.fname([node]), src.dtype, dst.dtype, shape, axis, n_out,
+                                  idx.shape[1], stride, extrap is not None, vw)
+        args = [low.val(dst), low.val(src), low.array(tab_i), low.array(tab_w)]
+        if extrap is not None:
+            bias = np.zeros(stride, acc)
+            bias[:n_out] = np.where(extrap, node.attrs["extrapolation_value"], 0.0)
+            args.append(low.array(bias))
+        low.add(Step(fn.name, fn, args, [dst], [node], work=float(dst.type.size * idx.shape[1])))
+        src, shape = dst, new_shape
 
 
 # The op -> kernel emitter table: every op the backend has a kernel for, besides elementwise groups
@@ -478,6 +509,7 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "TopK": _lower_TopK,
     "OneHot": _lower_OneHot,
     "ReverseSequence": _lower_ReverseSequence,
+    "Resize": _lower_Resize,
     "Conv": lower_heavy_node,
     "Gemm": lower_heavy_node,
     "FullyConnected": lower_heavy_node,
