@@ -14,14 +14,15 @@ from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.fusion import post_elementwise
-from glowpy.backends.cpu.kernels import indexing, linalg, movement, norm, pool, reduce, resize
+from glowpy.backends.cpu.kernels import indexing, linalg, movement, norm, pool, reduce, resize, rnn
 from glowpy.backends.cpu.kernels.conv import emit_conv2d
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
 from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
-from glowpy.errors import GlowpyError
+from glowpy.errors import GlowpyError, UnsupportedDatatype
 from glowpy.ir.graph import Node, Value
 from glowpy.ir.ops.resize import tables_for
+from glowpy.ir.ops.rnn import CELLS, activations_of
 from glowpy.ir.types import TensorType
 
 if TYPE_CHECKING:
@@ -515,3 +516,42 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "FullyConnected": lower_heavy_node,
     "MatMul": lower_heavy_node,
 }
+
+
+# --- recurrent ops (kernels/rnn.py): the input projection of every step and direction is one packed
+# GEMM step, then one native kernel runs the time loop (recurrent GEMM plus gates) ---
+
+
+def _lower_recurrent(low: Lowering, node: Node) -> None:
+    x, w, r, b, seq, h0, *extra = node.inputs
+    a = node.attrs
+    if x.dtype != np.float32:
+        raise UnsupportedDatatype("the CPU recurrent kernel computes float32 only", node=node.name, op=node.op,
+                                  expected="float32", found=str(x.dtype))
+    dirs, gh, size = w.shape
+    hidden = a["hidden_size"]
+    steps, batch = (x.shape[1], x.shape[0]) if a["layout"] else x.shape[:2]
+    xw = Value(f"{node.outputs[0].name}.xw", TensorType(np.float32, (steps * batch, dirs * gh)), "node")
+    w2 = w if not w.is_constant else Value(f"{w.name}.2d", TensorType(np.float32, (dirs * gh, size)), "constant",
+                                           data=np.asarray(w.data).reshape(dirs * gh, size))
+    _gemm(low, [node], xw, x, M=steps * batch, N=dirs * gh, K=size, a_trans=False, b=w2, b_trans=True,
+          alpha=1.0, bias=None, bias_kind="none", activation="none", params=(), work=2.0 * xw.type.size * size)
+    cell = CELLS[node.op]
+    info = low.generate(
+        rnn.emit_rnn, low.fname([node]), ("r",), cell=node.op, steps=steps, batch=batch, size=size, hidden=hidden,
+        directions=tuple(a["direction"] == "reverse" or d == 1 for d in range(dirs)), layout=a["layout"],
+        acts=tuple(tuple(map(tuple, acts)) for acts in activations_of(cell, a)), clip=a["clip"],
+        input_forget=a.get("input_forget", 0), linear_before_reset=a.get("linear_before_reset", 0),
+        r=np.asarray(r.data) if r.is_constant else None, vector_width=low.vector_width)
+    lstm = node.op == "LSTM"
+    outs = node.outputs
+    args = [low.val(outs[0]), low.val(outs[1]), low.val(outs[2]) if lstm else NULL, low.val(xw),
+            NULL if r.is_constant else low.val(r), low.val(b), low.val(seq), low.val(h0),
+            low.val(extra[0]) if lstm else NULL, low.val(extra[1]) if lstm else NULL, SCRATCH]
+    args += [low.array(p) for p in info.packed]
+    # serial: a step is too small to split across threads between barriers
+    low.add(Step(info.function.name, info.function, args, list(outs), [node], work=0.0,
+                 scratch=info.scratch_bytes_per_thread))
+
+
+KERNELS.update({"LSTM": _lower_recurrent, "GRU": _lower_recurrent, "RNN": _lower_recurrent})
