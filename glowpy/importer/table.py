@@ -98,14 +98,22 @@ class OnnxOp:
     # declared output shape stands in. Any other const operand leaves the output types to declarations.
     value_inputs: tuple[int, ...] = ()
     output_shape_input: int | None = None
+    # Const operands the converter also takes as run-time values (Clip bounds): never specialized. The
+    # others in `const_inputs`, fed as graph inputs, specialize the model per fed value (specialize.py).
+    runtime_inputs: tuple[int, ...] = ()
+
+    @property
+    def specialized_inputs(self) -> tuple[int, ...]:
+        return tuple(k for k in self.const_inputs if k not in self.runtime_inputs)
 
     def __post_init__(self) -> None:
         if self.dtypes is None:
             opdef = OPS.get(self.op_type)
             object.__setattr__(self, "dtypes", opdef.dtypes if opdef is not None else FLOAT_TYPES)
-        roles = set(self.value_inputs) | ({self.output_shape_input} if self.output_shape_input is not None else set())
+        roles = (set(self.value_inputs) | set(self.runtime_inputs)
+                 | ({self.output_shape_input} if self.output_shape_input is not None else set()))
         if not roles <= set(self.const_inputs):
-            raise InternalError(f"op table row {self.op_type}: value_inputs / output_shape_input must be listed in "
+            raise InternalError(f"op table row {self.op_type}: value_inputs / runtime_inputs / output_shape_input must be listed in "
                                 f"const_inputs", expected=list(self.const_inputs), found=sorted(roles))
 
 

@@ -1,0 +1,130 @@
+"""Specialization: a model whose input shapes or shape-deciding operands are known only at run time,
+bound to one run's feeds so that the one normal pipeline can compile it.
+
+Two things may be unknown when a model is compiled:
+
+- symbolic (or unknown) input dims: `unbound_inputs` names the inputs whose dims `shapes=` leaves open;
+- graph inputs that decide shapes: an operand the op table row lists in `const_inputs` (Reshape's
+  shape, Slice's starts, Reduce* axes, ...) fed as a graph input, directly or through nodes that read
+  its value. `shape_operands` finds them from the rows (`OnnxOp.specialized_inputs`: one fact per op).
+
+`specialize(proto, feeds, operands)` is the model with those operands turned into initializers holding
+the fed values; `feed_shapes` binds every other input's dims to its fed shape. `key` is what tells two
+specializations apart: the input shapes and element types, and the bytes of the operand inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import ModelProto, numpy_helper
+
+from glowpy.errors import MismatchingDatatype
+from glowpy.importer.table import TABLE, normalize_domain
+from glowpy.importer.walk import ShapeMap, bind_dims, declared_type
+
+# Nodes that read only the type of an operand, never its value: a graph input reaching a shape operand
+# through them decides nothing (BERT's Shape(input_ids) -> Gather -> Concat -> Reshape).
+TYPE_ONLY_OPS = frozenset({"Shape", "Size"})
+
+
+def graph_inputs(proto: ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs a caller feeds (IR v3 lists initializers among the inputs: those are weights)."""
+    weights = {t.name for t in proto.graph.initializer}
+    return [i for i in proto.graph.input if i.name not in weights]
+
+
+def unbound_inputs(proto: ModelProto, shapes: ShapeMap | None = None) -> list[str]:
+    """Inputs with a dim that neither the model nor `shapes=` fixes."""
+    out = []
+    for info in graph_inputs(proto):
+        try:
+            _, dims = declared_type(info)
+            dims = bind_dims(info.name, dims, shapes or {})
+        except Exception:  # noqa: BLE001  (a bad declaration: the import reports it)
+            continue
+        if dims is None or not all(isinstance(d, int) and d > 0 for d in dims):
+            out.append(info.name)
+    return out
+
+
+def shape_operands(proto: ModelProto) -> list[str]:
+    """Graph inputs whose values decide shapes: those that reach an operand a row lists as specialized
+    through nodes that read values (not through Shape / Size). Model input order."""
+    g = proto.graph
+    producer = {o: n for n in g.node for o in n.output if o}
+    fed = {i.name for i in graph_inputs(proto)}
+    found: set[str] = set()
+    seen: set[str] = set()
+    stack: list[str] = []
+    for n in g.node:
+        entry = TABLE.get((normalize_domain(n.domain), n.op_type))
+        if entry is None:
+            continue
+        stack.extend(n.input[k] for k in entry.specialized_inputs if k < len(n.input) and n.input[k])
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in fed:
+            found.add(name)
+            continue
+        node = producer.get(name)
+        if node is not None and node.op_type not in TYPE_ONLY_OPS:
+            stack.extend(x for x in node.input if x)
+    return [i.name for i in graph_inputs(proto) if i.name in found]
+
+
+def needs_specialization(proto: ModelProto, shapes: ShapeMap | None = None) -> bool:
+    """Whether the model can only be compiled once its feeds are seen: unbound dims (when `shapes=` is
+    not given: explicit shapes keep the eager compile) or shape-deciding graph inputs."""
+    return bool(shape_operands(proto)) or (shapes is None and bool(unbound_inputs(proto)))
+
+
+def key(feeds: Mapping[str, np.ndarray], operands: Sequence[str]) -> tuple[Any, ...]:
+    """What distinguishes one specialization: every input's element type and shape, and the bytes of
+    the shape-deciding operands."""
+    types = tuple((n, a.dtype.str, a.shape) for n, a in sorted(feeds.items()))
+    return types + tuple(np.ascontiguousarray(feeds[n]).tobytes() for n in operands)
+
+
+def check_operand(info: onnx.ValueInfoProto, array: np.ndarray) -> None:
+    """A fed operand becomes a weight: its element type must be the declared one (its shape is checked by
+    the import against the declaration, as a weight's is)."""
+    dtype, _ = declared_type(info)
+    if dtype is not None and array.dtype != dtype:
+        raise MismatchingDatatype(f"input '{info.name}' has the wrong element type", expected=str(dtype),
+                                  found=str(array.dtype))
+
+
+def specialize(proto: ModelProto, feeds: Mapping[str, np.ndarray], operands: Sequence[str]) -> ModelProto:
+    """A copy of `proto` whose `operands` are initializers holding their fed values (and no longer inputs)."""
+    out = ModelProto()
+    out.CopyFrom(proto)
+    if not operands:
+        return out
+    infos = {i.name: i for i in out.graph.input}
+    for name in operands:
+        check_operand(infos[name], feeds[name])
+    keep = [i for i in out.graph.input if i.name not in set(operands)]
+    del out.graph.input[:]
+    out.graph.input.extend(keep)
+    out.graph.initializer.extend(numpy_helper.from_array(np.ascontiguousarray(feeds[n]), n) for n in operands)
+    return out
+
+
+def feed_shapes(feeds: Mapping[str, np.ndarray], operands: Sequence[str],
+                shapes: ShapeMap | None = None) -> dict[str, Any]:
+    """`shapes=` for one specialization: each fed input bound to its shape (`shapes=` entries kept,
+    so a symbol the caller bound is still checked against the feed)."""
+    out: dict[str, Any] = dict(shapes or {})
+    out.update({n: tuple(a.shape) for n, a in feeds.items() if n not in operands})
+    return out
+
+
+__all__ = ["TYPE_ONLY_OPS", "feed_shapes", "graph_inputs", "key", "needs_specialization", "shape_operands",
+           "specialize", "unbound_inputs"]
