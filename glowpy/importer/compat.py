@@ -358,6 +358,8 @@ class Checker(Host):
         """A weight's value is not read: what the op table row allows stands in for it (see OnnxOp)."""
         if v.data is not None:
             return v.data
+        if index in ctx.entry.runtime_inputs and v.kind != "constant":
+            return None  # a run-time value: the converter computes with it, as on the full path
         if index in ctx.entry.value_inputs:
             self._note(f"assumes operand {index} '{v.name}' (not read) has a supported value")
             return np.zeros(v.shape, dtype=v.dtype)
