@@ -25,7 +25,7 @@ import onnx
 from glowpy import optimizer
 from glowpy.backends import DEFAULT_BACKEND, Backend, find_backend, get_backend
 from glowpy.compiled import CompiledModel, ImportSummary, SpecializingModel
-from glowpy.errors import UnsupportedAttribute
+from glowpy.errors import GlowpyError, InternalError, UnsupportedAttribute
 from glowpy.importer import ModelLike, ShapeMap, import_model
 from glowpy.importer import compat as _compat
 from glowpy.importer import partition as _partition
@@ -125,6 +125,9 @@ def _specializing(proto: onnx.ModelProto, base_dir: str | None, be: Backend, sha
     if unknown:  # now, not at the first run
         raise UnsupportedAttribute(f"unknown compile option(s) {unknown} for the {be.name} backend",
                                    expected=list(be.options), found=unknown)
+    report = _compat.check(proto, be, shapes, backend_name=be.name)
+    if not report.supported:  # what no feed could make work is refused now, as for a static model
+        raise _refusal(report)
     operands = _specialize.shape_operands(proto)
 
     def compile_for(feeds: Mapping[str, np.ndarray]) -> CompiledModel:
@@ -136,6 +139,12 @@ def _specializing(proto: onnx.ModelProto, base_dir: str | None, be: Backend, sha
     return SpecializingModel([i.name for i in _specialize.graph_inputs(proto)],
                              [o.name for o in proto.graph.output], be.name, compile_for,
                              lambda feeds: _specialize.key(feeds, operands), operands, capacity)
+
+
+def _refusal(report: _compat.CompatReport) -> GlowpyError:
+    """The check's refusal as the error class of its status."""
+    classes = {c.status: c for c in GlowpyError.__subclasses__()}
+    return classes.get(report.status, InternalError)(report.reason)
 
 
 def optimize(graph: Graph, backend: str | Backend | None = None, **kwargs: Any) -> Graph:

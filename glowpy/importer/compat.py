@@ -195,9 +195,9 @@ def _rebuild(err: GlowpyError, *, node: str, op: str, opset: int | None = None) 
 
 
 def _small_ints(t: TensorProto, dtype: np.dtype, dims: tuple[int, ...]) -> np.ndarray | None:
-    """The value of a tiny integer initializer stored in the model, else None (a weight, or a
-    placeholder the host fills at init)."""
-    if dtype.kind not in "iu" or math.prod(dims) > SHAPE_LIMIT or t.data_location == TensorProto.EXTERNAL:
+    """The value of a tiny integer (or bool: a mode flag) initializer stored in the model, else None (a
+    weight, or a placeholder the host fills at init)."""
+    if dtype.kind not in "iub" or math.prod(dims) > SHAPE_LIMIT or t.data_location == TensorProto.EXTERNAL:
         return None
     try:
         data = numpy_helper.to_array(t)

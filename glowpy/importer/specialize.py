@@ -20,11 +20,12 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import ModelProto, numpy_helper
+from onnx import ModelProto, helper, numpy_helper
 
-from glowpy.errors import MismatchingDatatype
+from glowpy.errors import GlowpyError, MismatchingDatatype
+from glowpy.importer.functions import MAX_DEPTH, find_function, instantiate, needs_types
 from glowpy.importer.table import TABLE, normalize_domain
-from glowpy.importer.walk import ShapeMap, bind_dims, declared_type
+from glowpy.importer.walk import ShapeMap, bind_dims, declared_type, model_opsets
 
 # Nodes that read only the type of an operand, never its value: a graph input reaching a shape operand
 # through them decides nothing (BERT's Shape(input_ids) -> Gather -> Concat -> Reshape).
@@ -51,16 +52,58 @@ def unbound_inputs(proto: ModelProto, shapes: ShapeMap | None = None) -> list[st
     return out
 
 
+def _flat_nodes(proto: ModelProto) -> list[onnx.NodeProto]:
+    """The model's nodes with every node that has no table row replaced by its function body (as the
+    walk converts it), recursively. A body that needs input types to be built stays the node itself."""
+    try:
+        opsets = model_opsets(proto)
+    except GlowpyError:
+        return list(proto.graph.node)
+    out: list[onnx.NodeProto] = []
+    types: dict[str, onnx.TypeProto] | None = None
+
+    def input_types(node: onnx.NodeProto) -> list[onnx.TypeProto] | None:
+        nonlocal types
+        if types is None:  # ONNX's inference, only when a context-dependent body asks for it
+            try:
+                inferred = onnx.shape_inference.infer_shapes(proto).graph
+            except Exception:  # noqa: BLE001  (inference refuses: the body cannot be built here)
+                inferred = proto.graph
+            types = {v.name: v.type for v in list(inferred.input) + list(inferred.value_info)}
+            types.update({t.name: helper.make_tensor_type_proto(t.data_type, list(t.dims)) for t in inferred.initializer})
+        found = [types.get(x, onnx.TypeProto()) if x else onnx.TypeProto() for x in node.input]
+        return None if any(x and x not in types for x in node.input) else found
+
+    def visit(node: onnx.NodeProto, node_opsets: dict[str, int], prefix: str, depth: int) -> None:
+        if TABLE.get((normalize_domain(node.domain), node.op_type)) is not None or depth >= MAX_DEPTH:
+            out.append(node)
+            return
+        function = find_function(node, node_opsets, proto, None)
+        if function is None and needs_types(node, node_opsets):
+            function = find_function(node, node_opsets, proto, input_types(node))
+        if function is None:
+            out.append(node)
+            return
+        body = instantiate(node, function, node_opsets, prefix, lambda _: False)
+        for k, b in enumerate(body.nodes):
+            visit(b, body.opsets, f"{prefix}/{k}", depth + 1)
+
+    for i, n in enumerate(proto.graph.node):
+        visit(n, opsets, f"#specialize{i}", 0)
+    return out
+
+
 def shape_operands(proto: ModelProto) -> list[str]:
     """Graph inputs whose values decide shapes: those that reach an operand a row lists as specialized
-    through nodes that read values (not through Shape / Size). Model input order."""
-    g = proto.graph
-    producer = {o: n for n in g.node for o in n.output if o}
+    through nodes that read values (not through Shape / Size), function bodies included. Model input
+    order."""
+    nodes = _flat_nodes(proto)
+    producer = {o: n for n in nodes for o in n.output if o}
     fed = {i.name for i in graph_inputs(proto)}
     found: set[str] = set()
     seen: set[str] = set()
     stack: list[str] = []
-    for n in g.node:
+    for n in nodes:
         entry = TABLE.get((normalize_domain(n.domain), n.op_type))
         if entry is None:
             continue
@@ -121,7 +164,7 @@ def feed_shapes(feeds: Mapping[str, np.ndarray], operands: Sequence[str],
                 shapes: ShapeMap | None = None) -> dict[str, Any]:
     """`shapes=` for one specialization: each fed input bound to its shape (`shapes=` entries kept,
     so a symbol the caller bound is still checked against the feed)."""
-    out: dict[str, Any] = dict(shapes or {})
+    out: dict[str, Any] = {k: v for k, v in (shapes or {}).items() if k not in operands}
     out.update({n: tuple(a.shape) for n, a in feeds.items() if n not in operands})
     return out
 
