@@ -123,7 +123,7 @@ class SpecializingModel:
     def __init__(self, input_names: list[str], output_names: list[str], backend: str,
                  compile_for: Callable[[Mapping[str, np.ndarray]], CompiledModel],
                  key_of: Callable[[Mapping[str, np.ndarray]], Hashable], operands: Sequence[str] = (),
-                 capacity: int = 8) -> None:
+                 capacity: int = 8, pending: str = "the model compiles on first run") -> None:
         if capacity < 1:
             raise ConfigurationError("specializations= must keep at least one compilation", expected=">= 1",
                                found=capacity)
@@ -138,6 +138,7 @@ class SpecializingModel:
         self._lock = threading.Lock()
         self._last: CompiledModel | None = None
         self.compilations = 0  # how many specializations were compiled (evicted ones included)
+        self._pending = pending  # why nothing is compiled before the first run
 
     @property
     def specializations(self) -> list[CompiledModel]:
@@ -170,13 +171,20 @@ class SpecializingModel:
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         model = self.specialization(feeds)
-        return model.run({n: a for n, a in feeds.items() if n not in self.operands})
+        return model.run({n: feeds[n] for n in model.input_names})  # the others are its weights
 
     def _latest(self) -> CompiledModel:
         if self._last is None:
-            raise UnsupportedShape("the model compiles on first run for its input shapes; run it first",
-                                   expected="a compiled specialization", found="none yet")
+            raise UnsupportedShape(self._pending, expected="a compiled specialization", found="none yet")
         return self._last
+
+    @property
+    def input_types(self) -> dict[str, Any]:
+        return self._latest().input_types
+
+    @property
+    def output_types(self) -> dict[str, Any]:
+        return self._latest().output_types
 
     @property
     def graph(self) -> Graph:

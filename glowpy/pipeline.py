@@ -131,14 +131,17 @@ def _specializing(proto: onnx.ModelProto, base_dir: str | None, be: Backend, sha
     operands = _specialize.shape_operands(proto)
 
     def compile_for(feeds: Mapping[str, np.ndarray]) -> CompiledModel:
-        bound = _specialize.specialize(proto, feeds, operands)
+        # A zero-size feed is known from its shape alone (glowpy has no zero-size run-time buffers).
+        weights = operands + [n for n, a in feeds.items() if a.size == 0 and n not in operands]
+        bound = _specialize.specialize(proto, feeds, weights)
         start = time.perf_counter()
-        graph = import_model(bound, _specialize.feed_shapes(feeds, operands, shapes), base_dir=base_dir, owned=True)
+        graph = import_model(bound, _specialize.feed_shapes(feeds, weights, shapes), base_dir=base_dir, owned=True)
         return _compile_graph(graph, be, True, start, optimize, dict(options))
 
     return SpecializingModel([i.name for i in _specialize.graph_inputs(proto)],
                              [o.name for o in proto.graph.output], be.name, compile_for,
-                             lambda feeds: _specialize.key(feeds, operands), operands, capacity)
+                             lambda feeds: _specialize.key(feeds, operands), operands, capacity,
+                             _specialize.pending_reason(proto, shapes))
 
 
 def _refusal(report: _compat.CompatReport) -> GlowpyError:

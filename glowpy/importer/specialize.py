@@ -93,6 +93,18 @@ def _flat_nodes(proto: ModelProto) -> list[onnx.NodeProto]:
     return out
 
 
+def pending_reason(proto: ModelProto, shapes: ShapeMap | None = None) -> str:
+    """Why the model compiles only on first run, naming the first unbound dim or the operand inputs."""
+    for info in graph_inputs(proto):
+        if info.name in unbound_inputs(proto, shapes):
+            dims = declared_type(info)[1]
+            sym = next((d for d in dims or () if not (isinstance(d, int) and d > 0)), None)
+            what = f"symbolic dim '{sym}'" if isinstance(sym, str) else "no static shape"
+            return (f"graph input '{info.name}' has {what}: the model compiles on first run for each input shape "
+                    f"(bind it with shapes= to compile now)")
+    return f"inputs {shape_operands(proto)} decide shapes: the model compiles on first run for each of their values"
+
+
 def shape_operands(proto: ModelProto) -> list[str]:
     """Graph inputs whose values decide shapes: those that reach an operand a row lists as specialized
     through nodes that read values (not through Shape / Size), function bodies included. Model input
@@ -169,5 +181,5 @@ def feed_shapes(feeds: Mapping[str, np.ndarray], operands: Sequence[str],
     return out
 
 
-__all__ = ["TYPE_ONLY_OPS", "feed_shapes", "graph_inputs", "key", "needs_specialization", "shape_operands",
+__all__ = ["TYPE_ONLY_OPS", "feed_shapes", "graph_inputs", "key", "needs_specialization", "pending_reason", "shape_operands",
            "specialize", "unbound_inputs"]
