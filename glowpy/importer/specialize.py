@@ -22,10 +22,14 @@ import numpy as np
 import onnx
 from onnx import ModelProto, helper, numpy_helper
 
-from glowpy.errors import GlowpyError, MismatchingDatatype
+from glowpy.errors import GlowpyError, MismatchingDatatype, UnsupportedShape
 from glowpy.importer.functions import MAX_DEPTH, find_function, instantiate, needs_types
 from glowpy.importer.table import TABLE, normalize_domain
 from glowpy.importer.walk import ShapeMap, bind_dims, declared_type, model_opsets
+
+# Elements: a graph input that decides shapes is a shape, axes, bounds or a count (rank <= 1 and at
+# most this many elements); a bigger one (data feeding a shape) is a run-time value and its node is refused.
+OPERAND_LIMIT = 64
 
 # Nodes that read only the type of an operand, never its value: a graph input reaching a shape operand
 # through them decides nothing (BERT's Shape(input_ids) -> Gather -> Concat -> Reshape).
@@ -107,8 +111,8 @@ def pending_reason(proto: ModelProto, shapes: ShapeMap | None = None) -> str:
 
 def shape_operands(proto: ModelProto) -> list[str]:
     """Graph inputs whose values decide shapes: those that reach an operand a row lists as specialized
-    through nodes that read values (not through Shape / Size), function bodies included. Model input
-    order."""
+    through nodes that read values (not through Shape / Size), function bodies included, and that look
+    like an operand (rank <= 1, at most OPERAND_LIMIT elements). Model input order."""
     nodes = _flat_nodes(proto)
     producer = {o: n for n in nodes for o in n.output if o}
     fed = {i.name for i in graph_inputs(proto)}
@@ -131,7 +135,17 @@ def shape_operands(proto: ModelProto) -> list[str]:
         node = producer.get(name)
         if node is not None and node.op_type not in TYPE_ONLY_OPS:
             stack.extend(x for x in node.input if x)
-    return [i.name for i in graph_inputs(proto) if i.name in found]
+    return [i.name for i in graph_inputs(proto) if i.name in found and _operand_like(i)]
+
+
+def _operand_like(info: onnx.ValueInfoProto) -> bool:
+    try:
+        _, dims = declared_type(info)
+    except GlowpyError:
+        return False
+    if dims is None or len(dims) > 1:
+        return False
+    return not dims or not isinstance(dims[0], int) or dims[0] <= 0 or dims[0] <= OPERAND_LIMIT
 
 
 def needs_specialization(proto: ModelProto, shapes: ShapeMap | None = None) -> bool:
@@ -165,6 +179,9 @@ def specialize(proto: ModelProto, feeds: Mapping[str, np.ndarray], operands: Seq
     infos = {i.name: i for i in out.graph.input}
     for name in operands:
         check_operand(infos[name], feeds[name])
+        if feeds[name].size > OPERAND_LIMIT:
+            raise UnsupportedShape(f"input '{name}' decides shapes, so its value is compiled in: it may have at most "
+                                   f"{OPERAND_LIMIT} elements", expected=f"<= {OPERAND_LIMIT}", found=feeds[name].size)
     keep = [i for i in out.graph.input if i.name not in set(operands)]
     del out.graph.input[:]
     out.graph.input.extend(keep)
@@ -181,5 +198,5 @@ def feed_shapes(feeds: Mapping[str, np.ndarray], operands: Sequence[str],
     return out
 
 
-__all__ = ["TYPE_ONLY_OPS", "feed_shapes", "graph_inputs", "key", "needs_specialization", "pending_reason", "shape_operands",
+__all__ = ["OPERAND_LIMIT", "TYPE_ONLY_OPS", "feed_shapes", "graph_inputs", "key", "needs_specialization", "pending_reason", "shape_operands",
            "specialize", "unbound_inputs"]

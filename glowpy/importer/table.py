@@ -119,6 +119,16 @@ class OnnxOp:
 
 TABLE: dict[tuple[str, str], OnnxOp] = {}
 
+# ONNX ops whose output shape follows from the values of an input, not from shapes and constant
+# operands: glowpy compiles static shapes, so both paths refuse them (UNSUPPORTED_SHAPE) before a row
+# or a function body is looked at, and glowpy.partition leaves them to the host. What decides the shape:
+DATA_DEPENDENT: dict[tuple[str, str], str] = {
+    ("", "NonZero"): "the number of non-zero elements of X",
+    ("", "NonMaxSuppression"): "how many boxes survive, from the box and score values",
+    ("", "Unique"): "the number of distinct values of X",
+    ("", "Compress"): "the number of true elements of condition",
+}
+
 
 def onnx_op(op_type: str, **kwargs: Any) -> Callable[[Converter], Converter]:
     """Register the decorated converter as the table entry for `op_type`."""
@@ -272,7 +282,7 @@ def check_node(node: NodeProto, opsets: dict[str, int], input_dtypes: list[np.dt
 
 
 __all__ = [
-    "ALL_TYPES", "ANY", "AUTO_PAD", "BOOL_INT", "FLOAT", "IGNORED", "INT", "INTS", "NON_NEGATIVE",
+    "ALL_TYPES", "ANY", "AUTO_PAD", "BOOL_INT", "DATA_DEPENDENT", "FLOAT", "IGNORED", "INT", "INTS", "NON_NEGATIVE",
     "NON_NEGATIVE_INTS", "NUMERIC_TYPES", "POSITIVE", "POSITIVE_FLOAT", "POSITIVE_INTS", "TABLE", "TENSOR",
     "OnnxOp", "Rule", "check_node", "mirror", "mirror_declared", "schema_defaults", "equals", "lookup", "one_of", "onnx_op", "require_const_operand",
 ]
