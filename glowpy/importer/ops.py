@@ -52,16 +52,22 @@ def gelu(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Gelu", [ctx.input(0)], {"approximate": ctx.attr("approximate")})
 
 
-@onnx_op("Clip", attrs={"min": FLOAT, "max": FLOAT}, const_inputs=(1, 2), value_inputs=(1, 2))
+@onnx_op("Clip", attrs={"min": FLOAT, "max": FLOAT}, const_inputs=(1, 2), value_inputs=(1, 2), runtime_inputs=(1, 2))
 def clip(ctx: NodeContext) -> list[Value]:
+    x = ctx.input(0)
     if ctx.opset < 11:
-        lo, hi = ctx.attr("min", -math.inf), ctx.attr("max", math.inf)
-    else:
-        lo = ctx.const(1)
-        hi = ctx.const(2)
-        lo = -math.inf if lo is None else lo.item()
-        hi = math.inf if hi is None else hi.item()
-    return ctx.emit("Clip", [ctx.input(0)], {"min": lo, "max": hi})
+        return ctx.emit("Clip", [x], {"min": ctx.attr("min", -math.inf), "max": ctx.attr("max", math.inf)})
+    # A bound known only at run time is a broadcast Max / Min operand: min(max(x, lo), hi).
+    lo, hi = ctx.const_or_runtime(1), ctx.const_or_runtime(2)
+    run_lo, run_hi = ctx.has_input(1) and lo is None, ctx.has_input(2) and hi is None
+    if run_lo:
+        x = ctx.emit1("Max", [x, ctx.input(1)])
+    if lo is not None or hi is not None or not (run_lo or run_hi):
+        x = ctx.emit1("Clip", [x], {"min": -math.inf if lo is None else lo.item(),
+                                    "max": math.inf if hi is None else hi.item()})
+    if run_hi:
+        x = ctx.emit1("Min", [x, ctx.input(2)])
+    return [x]
 
 
 @onnx_op("Dropout", attrs={"ratio": FLOAT, "is_test": IGNORED, "seed": IGNORED}, const_inputs=(2,), max_outputs=2,
