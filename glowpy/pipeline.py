@@ -15,6 +15,7 @@ optimizer below only ever see a Backend.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -74,6 +75,13 @@ def compile_model(
     be = get_backend(backend)
     owned = not isinstance(model, Graph)  # imported here: nobody else sees this graph
     start = time.perf_counter()
+    # A backend with a model cache may hand back the whole result of an earlier identical compile.
+    key = be.model_cache_key(model, shapes, optimize, options) if owned and hasattr(be, "model_cache_key") else None
+    hit = be.load_compiled(key, options) if key is not None else None
+    if hit is not None:
+        graph, executable, imported = hit
+        return CompiledModel(graph, executable, be.name, compile_seconds=time.perf_counter() - start, cached=True,
+                             imported=ImportSummary(*imported[:3], 0.0))
     graph = load(model, shapes)
     del model
     imported = _summary(graph, time.perf_counter() - start)
@@ -86,6 +94,8 @@ def compile_model(
         # Our private graph: once its weights are packed into kernels it need not keep them alive.
         options.setdefault("release_weights", True)
     executable = be.compile(graph, **options)
+    if key is not None:
+        be.store_compiled(key, graph, executable, dataclasses.astuple(imported))
     return CompiledModel(graph, executable, be.name, compile_seconds=time.perf_counter() - start,
                          cached=getattr(executable, "cached", False), imported=imported)
 
