@@ -160,7 +160,8 @@ class CpuExecutable(Executable):
                  cached: bool, compile_seconds: float = 0.0) -> None:
         layout = program if isinstance(program, Layout) else Layout.of(program)
         self.layout = layout
-        self.cached = cached
+        self.cached = cached  # the object code came from the cache
+        self.model_cached = False  # the whole compile came from a model cache entry
         self.arena_size = layout.arena_size
         self.weights_size = layout.weights_size
         self.nthreads = layout.nthreads
@@ -363,6 +364,7 @@ class CpuBackend(Backend):
                 v.data = entry.weights[index]
         executable = CpuExecutable(graph, layout, engine, cached=True, compile_seconds=time.perf_counter() - start)
         executable.code_key = meta["code_key"]
+        executable.model_cached = True
         return graph, executable, meta["imported"]
 
     def store_compiled(self, key: str, graph: Graph, executable: CpuExecutable, imported: Any) -> bool:
