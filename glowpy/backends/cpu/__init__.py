@@ -40,7 +40,7 @@ from glowpy.backends.cpu.activations import EMITTERS
 from glowpy.backends.cpu.cache import ObjectCache, cache_key, graph_signature
 from glowpy.backends.cpu.irutil import supported_dtype
 from glowpy.backends.cpu.model_cache import FORMAT as MODEL_FORMAT
-from glowpy.backends.cpu.model_cache import ModelCache, graph_state, model_bytes, model_key, restore_graph
+from glowpy.backends.cpu.model_cache import ModelCache, graph_state, model_digest, model_key, restore_graph
 from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, KERNELS
 from glowpy.backends.cpu.target import HostTarget, compile_object, host_target, isa_available, new_machine
 from glowpy.errors import (
@@ -334,12 +334,12 @@ class CpuBackend(Backend):
         if not use_cache:
             return None
         target = self.target_for(options)
-        data = model_bytes(model)
-        if data is None:
+        digest = model_digest(model, ObjectCache())
+        if digest is None:
             return None
         code_options = {"threads": nthreads, "fast_kernels": fast, "profile": profile,
                         "isa": options.get("isa", "host")}
-        return model_key(data, shapes, optimize, code_options, target.fingerprint())
+        return model_key(digest, shapes, optimize, code_options, target.fingerprint())
 
     def load_compiled(self, key: str, options: dict[str, Any]) -> tuple[Graph, CpuExecutable, Any] | None:
         """(optimized graph, executable, the stored import summary) from the model cache, or None."""

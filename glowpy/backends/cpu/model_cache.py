@@ -26,6 +26,7 @@ import mmap
 import os
 import pickle
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,30 +53,66 @@ def glowpy_source_digest() -> str:
     return h.hexdigest()
 
 
-def model_bytes(model: Any) -> bytes | None:
-    """The serialized model, or None when its bytes do not determine it (external data files)."""
+CHUNK = 8 << 20
+SETTLED_NS = 2_000_000_000  # a file modified this recently may change again within its timestamp tick
+
+
+def content_digest(data: bytes | memoryview) -> str:
+    """sha256 over the sha256 of each 8 MiB chunk: the chunks are hashed on all cores (hashlib
+    releases the GIL), so a 100 MB model is hashed in a fraction of the time of one sha256."""
+    view = memoryview(data).cast("B")
+    chunks = [view[i:i + CHUNK] for i in range(0, len(view), CHUNK)] or [view]
+    if len(chunks) > 1 and (os.cpu_count() or 1) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(len(chunks), os.cpu_count() or 1)) as pool:
+            parts = list(pool.map(lambda c: hashlib.sha256(c).digest(), chunks))
+    else:
+        parts = [hashlib.sha256(c).digest() for c in chunks]
+    return hashlib.sha256(b"".join(parts)).hexdigest()
+
+
+def model_digest(model: Any, store: ObjectCache) -> str | None:
+    """The digest of the serialized model, or None when its bytes do not determine it (a file naming
+    external data files). A file's digest is remembered by its path, size, mtime, ctime and inode
+    (a small entry), so a cached compile of a file does not read it; a file modified in the last
+    two seconds is hashed every time (its mtime may not show a second change in the same tick; a
+    rewrite that puts the mtime back changes the ctime)."""
     if isinstance(model, (bytes, bytearray, memoryview)):
-        return bytes(model)
+        return content_digest(model)
     if isinstance(model, (str, os.PathLike)):
         try:
-            data = Path(model).read_bytes()
+            path = Path(model).resolve()
+            st = path.stat()
         except OSError:
             return None  # the importer reports it
-        return None if b"location" in data else data
+        ident = hashlib.sha256(f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{st.st_dev}"
+                               .encode()).hexdigest()
+        known = store.get(f"path-{ident}")
+        if known is not None:
+            return None if known == b"-" else known.decode()
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        digest = "-" if b"location" in data else content_digest(data)  # "-": external data, not cacheable
+        now = time.time_ns()
+        if len(data) == st.st_size and now - st.st_mtime_ns > SETTLED_NS:
+            store.put(f"path-{ident}", digest.encode())
+        return None if digest == "-" else digest
     serialize = getattr(model, "SerializeToString", None)
-    return serialize() if serialize is not None else None
+    return content_digest(serialize()) if serialize is not None else None
 
 
-def model_key(data: bytes, shapes: Any, optimize: bool, options: dict[str, Any], fingerprint: str) -> str:
+def model_key(digest: str, shapes: Any, optimize: bool, options: dict[str, Any], fingerprint: str) -> str:
     from glowpy import __version__
 
     shape_part = sorted((str(k), repr(v)) for k, v in (shapes or {}).items())
     h = hashlib.sha256()
     for part in (f"glowpy-model {FORMAT} {__version__}", glowpy_source_digest(), fingerprint,
-                 repr(shape_part), repr(bool(optimize)), repr(sorted(options.items()))):
+                 repr(shape_part), repr(bool(optimize)), repr(sorted(options.items())), digest):
         h.update(part.encode())
         h.update(b"\0")
-    h.update(hashlib.sha256(data).digest())
     return h.hexdigest()
 
 

@@ -3,6 +3,7 @@ bit-identical outputs; anything that changes the result changes the key; damaged
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -127,3 +128,28 @@ def test_graph_state_round_trip() -> None:
     back = restore_graph(graph_state(g))
     assert str(back) == str(g)
 
+
+
+def test_a_file_rewritten_in_place_is_not_mistaken(fresh_dir: Path, tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    path.write_bytes(conv_model(seed=0))
+    os.utime(path, ns=(10**18, 10**18))  # settled long ago: its digest is remembered by stat
+    first = glowpy.compile(path, threads=1).run(FEED)["y"]
+    assert list(fresh_dir.glob("path-*.o"))
+    assert glowpy.compile(path, threads=1).executable.model_cached
+    path.write_bytes(conv_model(seed=1))  # same size and (restored) mtime, other weights
+    os.utime(path, ns=(10**18, 10**18))
+    second = glowpy.compile(path, threads=1)
+    assert not second.executable.model_cached
+    assert not np.array_equal(second.run(FEED)["y"], first)
+
+
+def test_external_data_models_skip_the_model_cache(fresh_dir: Path, tmp_path: Path) -> None:
+    model = onnx.ModelProto.FromString(conv_model())
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="ext.bin",
+              size_threshold=0)
+    want = glowpy.compile(path, threads=1).run(FEED)["y"]
+    again = glowpy.compile(path, threads=1)
+    assert not again.executable.model_cached and not list(fresh_dir.glob("model-*"))
+    np.testing.assert_array_equal(again.run(FEED)["y"], want)
