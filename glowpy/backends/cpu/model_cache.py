@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from glowpy.backends.cpu.cache import ObjectCache, warn_once
+from glowpy.backends.cpu.cache import ObjectCache, touch, warn_once
 from glowpy.ir.graph import Graph, Node, Value
 
 FORMAT = 1
@@ -246,6 +246,7 @@ class ModelCache:
         if _sample_digest(buf, size) != meta["weights_digest"]:
             warn_once(self.directory, "corrupt", f"ignored {path.name}: damaged (rebuilt)")
             return None
+        touch(path)
         weights = []
         for offset, shape, dtype in meta["weights_layout"]:
             dt = np.dtype(dtype)
