@@ -516,6 +516,52 @@ def cmd_onnxifi(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- glowpy cache -----------------------------------------------------------------------------------
+
+
+def add_cache(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cache", help="the compile cache: where it is, what it holds, empty it", description=(
+        "The cpu backend's on-disk cache: object code, model entries (optimized graph and packed weights) and "
+        "their indexes. Directory: $GLOWPY_CACHE_DIR, else $XDG_CACHE_HOME/glowpy, else ~/.cache/glowpy. Size cap: "
+        "$GLOWPY_CACHE_MAX_BYTES (e.g. 2G; 0: no cap; default 4G), least recently used entries evicted first."))
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (("info", "print the directory, the number of entries, their size and the cap"),
+                       ("clear", "remove every entry (the onnxifi library directory is kept)"),
+                       ("path", "print the cache directory")):
+        actions.add_parser(name, help=text, description=text)
+    p.set_defaults(func=cmd_cache)
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from glowpy.backends.cpu import cache
+
+    directory = cache.cache_dir()
+    if args.action == "path":
+        print(directory)
+    elif args.action == "clear":
+        n, freed = cache.clear(directory)
+        print(f"removed   {n} entries ({_human_bytes(freed)}) from {directory}")
+    else:
+        found = cache.entries(directory)
+        kinds = {"model": 0, "code": 0, "index": 0}
+        size = {k: 0 for k in kinds}
+        for path, nbytes, _ in found:
+            if path.suffix == ".tmp":
+                continue
+            kind = ("model" if path.name.startswith("model-") else
+                    "index" if path.name.startswith(("idx-", "path-")) else "code")
+            kinds[kind] += 1
+            size[kind] += nbytes
+        cap = cache.max_bytes()
+        print(f"directory {directory}")
+        for kind, label in (("model", "model entries (graph + weights files)"), ("code", "object code"),
+                            ("index", "indexes")):
+            print(f"{kind:<9} {kinds[kind]} files, {_human_bytes(size[kind])}  {label}")
+        print(f"total     {_human_bytes(sum(size.values()))} of {_human_bytes(cap) if cap else 'no'} cap "
+              "(GLOWPY_CACHE_MAX_BYTES)")
+    return EXIT_OK
+
+
 # --- glowpy quantize --------------------------------------------------------------------------------
 
 
@@ -590,7 +636,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 # --- entry -----------------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check, add_bench, add_onnxifi,
-                                                                add_quantize]
+                                                                add_quantize, add_cache]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,7 @@ optimizer below only ever see a Backend.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -90,6 +91,13 @@ def compile_model(
     start = time.perf_counter()
     if isinstance(model, Graph):
         return _compile_graph(model, be, False, start, optimize, options)
+    # A backend with a model cache may hand back the whole result of an earlier identical compile.
+    key = be.model_cache_key(model, shapes, optimize, options)
+    hit = be.load_compiled(key, options) if key is not None else None
+    if hit is not None:
+        graph, executable, imported = hit
+        return CompiledModel(graph, executable, be.name, compile_seconds=time.perf_counter() - start, cached=True,
+                             imported=ImportSummary(*imported[:3], 0.0))
     proto, base_dir = read_model(model)
     if _specialize.needs_specialization(proto, shapes):
         return _specializing(proto, base_dir, be, shapes, optimize, specializations, options)
@@ -97,12 +105,13 @@ def compile_model(
     del model
     graph = import_model(proto, shapes, base_dir=base_dir, owned=owned)
     del proto
-    return _compile_graph(graph, be, True, start, optimize, options)
+    return _compile_graph(graph, be, True, start, optimize, options, key)
 
 
 def _compile_graph(graph: Graph, be: Backend, owned: bool, start: float, optimize: bool,
-                   options: dict[str, Any]) -> CompiledModel:
-    """Optimize and compile `graph`; `owned`: imported for this compile, nobody else sees it."""
+                   options: dict[str, Any], cache_key: str | None = None) -> CompiledModel:
+    """Optimize and compile `graph`; `owned`: imported for this compile, nobody else sees it;
+    `cache_key`: where the backend's model cache keeps the result."""
     imported = _summary(graph, time.perf_counter() - start) if owned else _summary(graph, 0.0)
     start = time.perf_counter()
     if optimize:
@@ -113,6 +122,8 @@ def _compile_graph(graph: Graph, be: Backend, owned: bool, start: float, optimiz
         # Our private graph: once its weights are packed into kernels it need not keep them alive.
         options.setdefault("release_weights", True)
     executable = be.compile(graph, **options)
+    if key is not None:
+        be.store_compiled(key, graph, executable, dataclasses.astuple(imported))
     return CompiledModel(graph, executable, be.name, compile_seconds=time.perf_counter() - start,
                          cached=getattr(executable, "cached", False), imported=imported)
 
