@@ -163,6 +163,10 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-opt", action="store_true", help="compile the graph as imported (skip the optimizer)")
     p.add_argument("--threads", "-t", metavar="N", help="cpu backend threads (default: $GLOWPY_NUM_THREADS, "
                    "else all cores)")
+    p.add_argument("--profile", metavar="TRACE.json", help="time every kernel inside the timed runs (code compiled "
+                   "with timers; without this flag there are none), write a Chrome trace (chrome://tracing, "
+                   "Perfetto) and print the slowest kernels")
+    p.add_argument("--top", metavar="N", default="10", help="kernels in the --profile table (default: 10)")
     p.set_defaults(func=cmd_run)
 
 
@@ -184,8 +188,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--iterations must be at least 1")
     model_path = _model_arg(args.model) if args.model else str(default_model_path())
     shapes = _shape_bindings(args.shape)
+    top_kernels = _positive_int(args.top, "--top")
+    options: dict[str, object] = dict(_threads_option(args))
+    if args.profile:
+        if "profile" not in _backend_options(args.backend):
+            raise UsageError(f"--profile: the {args.backend} backend has no kernel timers (use --backend cpu)")
+        options["profile"] = True
     compiled = glowpy.compile(model_path, backend=args.backend, shapes=shapes or None, optimize=not args.no_opt,
-                              **_threads_option(args))
+                              **options)
     src = compiled.imported
     print(f"model     {model_path}" + ("  (default: onnx's light ResNet-50)" if not args.model else ""))
     for name, t in compiled.input_types.items():
@@ -208,7 +218,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             feeds[name] = deterministic_input(t.dtype, t.shape)
 
     outputs = compiled.run(feeds)  # warm-up, and the outputs we report
-    times = time_runs(lambda: compiled.run(feeds), args.iterations)
+    runs = []
+    if args.profile:
+        from glowpy import profile
+
+        runs = profile.record(compiled, feeds, args.iterations)
+        times = [r.wall for r in runs]
+    else:
+        times = time_runs(lambda: compiled.run(feeds), args.iterations)
     for name, arr in outputs.items():
         print(f"result    {name}: shape {list(arr.shape)} {arr.dtype}")
         flat = arr.reshape(arr.shape[0], -1) if arr.ndim >= 2 else arr.reshape(1, -1)
@@ -217,6 +234,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             print("top-5     " + "  ".join(f"{int(i)}:{flat[0, i]:.4f}" for i in top))
     lat = latency_stats(times)
     print(f"latency   p50 {_fmt_ms(lat['p50'])}  p90 {_fmt_ms(lat['p90'])}  over {args.iterations} runs")
+    if args.profile:
+        profile.write_trace(runs, args.profile, name=f"glowpy {Path(model_path).name}")
+        print(f"profile   {args.profile}: {sum(len(r.spans) for r in runs)} kernel events over {len(runs)} runs, "
+              f"{runs[-1].threads} thread{'s' if runs[-1].threads > 1 else ''}")
+        print()
+        print(profile.format_table(runs, top_kernels))
     if args.output:
         np.savez(args.output, **outputs)
         print(f"saved     {args.output}")
