@@ -508,6 +508,51 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- glowpy bundle ----------------------------------------------------------------------------------
+
+
+def add_bundle(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bundle", help="write an ahead-of-time bundle a C program runs without Python", description=(
+        "Compile a model for the cpu backend and write, into DIR: NAME_model.o (the generated code), "
+        "NAME.weights, NAME.h (entry point, runtime, each input and output tensor), NAME.c (the runtime), "
+        "an example main.c and a Makefile: `make -C DIR` builds libNAME.a and NAME_main (cc, -lpthread -lm). "
+        "Outputs equal glowpy's on this host for the same thread count."))
+    add_model_arg(p)
+    p.add_argument("--output", "-o", metavar="DIR", required=True, help="the bundle's directory (created if needed)")
+    p.add_argument("--name", metavar="NAME", help="the C prefix of the bundle's symbols and files "
+                   "(default: from the model's file name)")
+    p.add_argument("--threads", "-t", metavar="N", default="1",
+                   help="threads the generated code starts per run (default: 1)")
+    p.add_argument("--shape", "-s", action="append", default=[], metavar="NAME=DIMS",
+                   help="bind the shape of input NAME, or a symbolic dim (batch=4)")
+    p.add_argument("--isa", choices=("host", "avx2"), default="host",
+                   help="vector code for this host's CPU, or AVX2 only (default: %(default)s)")
+    p.add_argument("--no-opt", action="store_true", help="compile the graph as imported (skip the optimizer)")
+    p.set_defaults(func=cmd_bundle)
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from glowpy.bundle import write_bundle
+
+    model = _model_arg(args.model)
+    threads = _positive_int(args.threads, "--threads")
+    shapes = _shape_bindings(args.shape)
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output '{out}' is not a directory")
+    b = write_bundle(model, out, name=args.name, threads=threads, shapes=shapes or None, optimize=not args.no_opt,
+                     isa=args.isa)
+    print(f"bundle    {b.name}: {b.threads} thread{'s' if b.threads > 1 else ''}, arena {_human_bytes(b.arena_bytes)}, "
+          f"weights {_human_bytes(b.weights_bytes)}, code {_human_bytes(b.object_bytes)}")
+    for kind, tensors in (("input", b.inputs), ("output", b.outputs)):
+        for name, dtype, shape in tensors:
+            print(f"{kind:<9} {name}: {dtype} [{', '.join(map(str, shape))}]")
+    for f in b.files:
+        print(f"wrote     {f}")
+    print(f"build     make -C {out}   (then: cd {out} && ./{b.name}_main -n 10)")
+    return EXIT_OK
+
+
 # --- glowpy onnxifi ---------------------------------------------------------------------------------
 
 
@@ -613,7 +658,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 # --- entry -----------------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check, add_bench, add_onnxifi,
-                                                                add_quantize]
+                                                                add_quantize, add_bundle]
 
 
 def build_parser() -> argparse.ArgumentParser:
