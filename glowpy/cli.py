@@ -163,6 +163,10 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-opt", action="store_true", help="compile the graph as imported (skip the optimizer)")
     p.add_argument("--threads", "-t", metavar="N", help="cpu backend threads (default: $GLOWPY_NUM_THREADS, "
                    "else all cores)")
+    p.add_argument("--profile", metavar="TRACE.json", help="time every kernel inside the timed runs (code compiled "
+                   "with timers; without this flag there are none), write a Chrome trace (chrome://tracing, "
+                   "Perfetto) and print the slowest kernels")
+    p.add_argument("--top", metavar="N", default="10", help="kernels in the --profile table (default: 10)")
     p.set_defaults(func=cmd_run)
 
 
@@ -184,8 +188,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--iterations must be at least 1")
     model_path = _model_arg(args.model) if args.model else str(default_model_path())
     shapes = _shape_bindings(args.shape)
+    top_kernels = _positive_int(args.top, "--top")
+    options: dict[str, object] = dict(_threads_option(args))
+    if args.profile:
+        if "profile" not in _backend_options(args.backend):
+            raise UsageError(f"--profile: the {args.backend} backend has no kernel timers (use --backend cpu)")
+        options["profile"] = True
     compiled = glowpy.compile(model_path, backend=args.backend, shapes=shapes or None, optimize=not args.no_opt,
-                              **_threads_option(args))
+                              **options)
     src = compiled.imported
     print(f"model     {model_path}" + ("  (default: onnx's light ResNet-50)" if not args.model else ""))
     for name, t in compiled.input_types.items():
@@ -208,7 +218,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             feeds[name] = deterministic_input(t.dtype, t.shape)
 
     outputs = compiled.run(feeds)  # warm-up, and the outputs we report
-    times = time_runs(lambda: compiled.run(feeds), args.iterations)
+    runs = []
+    if args.profile:
+        from glowpy import profile
+
+        runs = profile.record(compiled, feeds, args.iterations)
+        times = [r.wall for r in runs]
+    else:
+        times = time_runs(lambda: compiled.run(feeds), args.iterations)
     for name, arr in outputs.items():
         print(f"result    {name}: shape {list(arr.shape)} {arr.dtype}")
         flat = arr.reshape(arr.shape[0], -1) if arr.ndim >= 2 else arr.reshape(1, -1)
@@ -217,6 +234,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             print("top-5     " + "  ".join(f"{int(i)}:{flat[0, i]:.4f}" for i in top))
     lat = latency_stats(times)
     print(f"latency   p50 {_fmt_ms(lat['p50'])}  p90 {_fmt_ms(lat['p90'])}  over {args.iterations} runs")
+    if args.profile:
+        profile.write_trace(runs, args.profile, name=f"glowpy {Path(model_path).name}")
+        print(f"profile   {args.profile}: {sum(len(r.spans) for r in runs)} kernel events over {len(runs)} runs, "
+              f"{runs[-1].threads} thread{'s' if runs[-1].threads > 1 else ''}")
+        print()
+        print(profile.format_table(runs, top_kernels))
     if args.output:
         np.savez(args.output, **outputs)
         print(f"saved     {args.output}")
@@ -485,6 +508,51 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- glowpy bundle ----------------------------------------------------------------------------------
+
+
+def add_bundle(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bundle", help="write an ahead-of-time bundle a C program runs without Python", description=(
+        "Compile a model for the cpu backend and write, into DIR: NAME_model.o (the generated code), "
+        "NAME.weights, NAME.h (entry point, runtime, each input and output tensor), NAME.c (the runtime), "
+        "an example main.c and a Makefile: `make -C DIR` builds libNAME.a and NAME_main (cc, -lpthread -lm). "
+        "Outputs equal glowpy's on this host for the same thread count."))
+    add_model_arg(p)
+    p.add_argument("--output", "-o", metavar="DIR", required=True, help="the bundle's directory (created if needed)")
+    p.add_argument("--name", metavar="NAME", help="the C prefix of the bundle's symbols and files "
+                   "(default: from the model's file name)")
+    p.add_argument("--threads", "-t", metavar="N", default="1",
+                   help="threads the generated code starts per run (default: 1)")
+    p.add_argument("--shape", "-s", action="append", default=[], metavar="NAME=DIMS",
+                   help="bind the shape of input NAME, or a symbolic dim (batch=4)")
+    p.add_argument("--isa", choices=("host", "avx2"), default="host",
+                   help="vector code for this host's CPU, or AVX2 only (default: %(default)s)")
+    p.add_argument("--no-opt", action="store_true", help="compile the graph as imported (skip the optimizer)")
+    p.set_defaults(func=cmd_bundle)
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from glowpy.bundle import write_bundle
+
+    model = _model_arg(args.model)
+    threads = _positive_int(args.threads, "--threads")
+    shapes = _shape_bindings(args.shape)
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output '{out}' is not a directory")
+    b = write_bundle(model, out, name=args.name, threads=threads, shapes=shapes or None, optimize=not args.no_opt,
+                     isa=args.isa)
+    print(f"bundle    {b.name}: {b.threads} thread{'s' if b.threads > 1 else ''}, arena {_human_bytes(b.arena_bytes)}, "
+          f"weights {_human_bytes(b.weights_bytes)}, code {_human_bytes(b.object_bytes)}")
+    for kind, tensors in (("input", b.inputs), ("output", b.outputs)):
+        for name, dtype, shape in tensors:
+            print(f"{kind:<9} {name}: {dtype} [{', '.join(map(str, shape))}]")
+    for f in b.files:
+        print(f"wrote     {f}")
+    print(f"build     make -C {out}   (then: cd {out} && ./{b.name}_main -n 10)")
+    return EXIT_OK
+
+
 # --- glowpy onnxifi ---------------------------------------------------------------------------------
 
 
@@ -636,7 +704,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 # --- entry -----------------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check, add_bench, add_onnxifi,
-                                                                add_quantize, add_cache]
+                                                                add_quantize, add_cache, add_bundle]
 
 
 def build_parser() -> argparse.ArgumentParser:

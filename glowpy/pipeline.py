@@ -122,8 +122,8 @@ def _compile_graph(graph: Graph, be: Backend, owned: bool, start: float, optimiz
         # Our private graph: once its weights are packed into kernels it need not keep them alive.
         options.setdefault("release_weights", True)
     executable = be.compile(graph, **options)
-    if key is not None:
-        be.store_compiled(key, graph, executable, dataclasses.astuple(imported))
+    if cache_key is not None:
+        be.store_compiled(cache_key, graph, executable, dataclasses.astuple(imported))
     return CompiledModel(graph, executable, be.name, compile_seconds=time.perf_counter() - start,
                          cached=getattr(executable, "cached", False), imported=imported)
 

@@ -12,7 +12,7 @@ arrays, a planned activation arena and the caller's input/output arrays.
 Compile options: `threads` (default $GLOWPY_NUM_THREADS, else the machine's CPU count), `cache`
 (default True: reuse and store object code in the on-disk cache), `fast_kernels` (default True:
 use the tiled float32 Conv / Gemm generators when present; False forces the plain kernels), `profile`
-(default False: stamp the cycle counter around every step; `executable.profile()` after a run),
+(default False: time every kernel call on every thread; `executable.profile()` after a run),
 `release_weights` (default False: for a caller that owns the graph and will not run it elsewhere, e.g.
 the optimizer's private copy; constants the kernels packed get `Value.data = None` as soon as they are
 packed, so the process never holds a model's weights twice), `isa` (default "host": all the host's
@@ -135,7 +135,8 @@ class Layout:
     steps: int  # kernel calls per run
     fast_kernels: list[str]
     profile_offset: int
-    step_names: list[tuple[str, str, bool]]
+    profile_layout: dict[str, int]  # slots of the profile block (codegen.profile_layout)
+    profile_steps: list[StepInfo]  # the kernel steps as profiles name them
     weights: list[np.ndarray]
     const_index: dict[str, int]  # constant name -> its position in the weights table
 
@@ -145,7 +146,9 @@ class Layout:
                        for v in st.values if 0 <= st.offset < len(program.weights)}
         return cls(program.arena_size, program.weights_size, program.nthreads if program.threaded else 1,
                    len([s for s in program.steps if s.fn is not None]), list(program.fast_kernels),
-                   program.profile_offset, [(s.name, s.describe(), s.parallel) for s in program.steps],
+                   program.profile_offset, codegen.profile_layout(len(program.steps), program.nthreads),
+                   [StepInfo(k, s.name, s.describe(), s.nodes[0].op if s.nodes else "", s.parallel, s.work)
+                    for k, s in enumerate(program.steps) if s.fn is not None],
                    list(program.weights), const_index)
 
     def meta(self) -> dict[str, Any]:
@@ -187,7 +190,8 @@ class CpuExecutable(Executable):
         self._weights_ptr, self._arena_ptr = ctypes.addressof(self._weights), self._arena.ctypes.data
         self._in_addr, self._out_addr = ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs)
         self._profile_offset = layout.profile_offset
-        self._step_names = list(layout.step_names)
+        self._profile_layout = layout.profile_layout
+        self._profile_steps = list(layout.profile_steps)
         self._last_wall = 0.0
 
     def _coerce(self, i: int, a: Any) -> np.ndarray:
@@ -219,6 +223,8 @@ class CpuExecutable(Executable):
             for j, o in enumerate(outs):
                 self._out_ptrs[j] = _address(o)
             if self._profile_offset >= 0:
+                lay = self._profile_layout
+                self._arena[self._profile_offset:self._profile_offset + 8 * lay["slots"]] = 0
                 t = time.perf_counter()
                 self._entry(self._weights_ptr, self._arena_ptr, self._in_addr, self._out_addr)
                 self._last_wall = time.perf_counter() - t
@@ -226,17 +232,47 @@ class CpuExecutable(Executable):
                 self._entry(self._weights_ptr, self._arena_ptr, self._in_addr, self._out_addr)
         return outs
 
-    def profile(self) -> list[tuple[str, str, bool, float]]:
-        """(kernel, nodes, parallel, seconds) per step of the last run; needs compile(..., profile=True).
-        Seconds are thread 0's cycle stamps scaled to the wall time of the native call."""
+    def profile(self) -> RunProfile:
+        """The kernel timings of the last run; needs compile(..., profile=True)."""
         if self._profile_offset < 0:
-            raise InternalError("compile with profile=True to profile steps")
-        n = len(self._step_names)
-        stamps = self._arena[self._profile_offset:self._profile_offset + 8 * (n + 1)].view(np.int64)
-        total = max(int(stamps[-1] - stamps[0]), 1)
-        scale = self._last_wall / total
-        return [(name, nodes, par, float(stamps[k + 1] - stamps[k]) * scale)
-                for k, (name, nodes, par) in enumerate(self._step_names)]
+            raise InternalError("compile with profile=True to profile kernels")
+        lay = self._profile_layout
+        stamps = self._arena[self._profile_offset:self._profile_offset + 8 * lay["slots"]].view(np.int64).copy()
+        threads = int(stamps[lay["threads"]])
+        spans: list[tuple[int, int, int, int]] = []
+        for info in self._profile_steps:
+            for tid in range(threads):
+                start, end = stamps[lay["rows"] + tid * lay["row_stride"] + 2 * info.index:][:2]
+                if start and end:
+                    spans.append((info.index, tid, int(start), int(end)))
+        return RunProfile(int(stamps[lay["begin"]]), int(stamps[lay["end"]]), self._last_wall, threads,
+                          list(self._profile_steps), spans)
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """A kernel step as profiles name it: its kernel, the nodes it runs, whether threads share it, and
+    its FLOPs when it is a matrix product or a convolution (else the elements it touches)."""
+
+    index: int
+    kernel: str
+    nodes: str
+    op: str
+    parallel: bool
+    work: float
+
+
+@dataclass
+class RunProfile:
+    """One profiled run: native begin and end (CLOCK_MONOTONIC ns), the caller's wall time of the
+    native call (s), the threads that ran, and (step index, tid, start ns, end ns) per kernel call."""
+
+    begin: int
+    end: int
+    wall: float
+    threads: int
+    steps: list[StepInfo]
+    spans: list[tuple[int, int, int, int]]
 
 
 class CpuBackend(Backend):
@@ -448,4 +484,4 @@ def _return_free_heap() -> None:
         pass
 
 
-__all__ = ["CpuBackend", "CpuExecutable", "SUPPORTED_OPS", "resolve_threads"]
+__all__ = ["CpuBackend", "CpuExecutable", "RunProfile", "SUPPORTED_OPS", "StepInfo", "resolve_threads"]

@@ -36,7 +36,7 @@ import numpy as np
 from glowpy.backends.cpu.cache import ObjectCache, touch, warn_once
 from glowpy.ir.graph import Graph, Node, Value
 
-FORMAT = 1
+FORMAT = 2
 ALIGN = 64
 PAGE = 4096
 SAMPLES = 64
