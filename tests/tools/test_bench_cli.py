@@ -63,7 +63,8 @@ def test_json_vs_onnxruntime(mlp: Path, capsys) -> None:
     for engine in ("glowpy", "onnxruntime"):
         _check_engine(result[engine], runs=12)
     glowpy = result["glowpy"]
-    assert isinstance(glowpy["cached"], bool) and glowpy["import_seconds"] > 0 and glowpy["arena_bytes"] >= 0
+    # a model cache hit skips the import: 0 s
+    assert isinstance(glowpy["cached"], bool) and glowpy["import_seconds"] >= 0 and glowpy["arena_bytes"] >= 0
     assert result["ratio"] == pytest.approx(
         glowpy["latency_seconds"]["p50"] / result["onnxruntime"]["latency_seconds"]["p50"], rel=1e-12)
     assert 0 <= result["max_abs_error"] < 1e-4
