@@ -213,3 +213,56 @@ def scan(attrs: dict, *xs: np.ndarray) -> list[np.ndarray]:
     for o, a, rev in zip(outs, attrs["scan_output_axes"], attrs["scan_output_directions"]):
         stacked.append(np.stack(o[::-1] if rev else o, axis=a))
     return [*states, *stacked]
+
+
+# --- what a backend without native control flow can take as straight-line code -------------------
+
+MAX_UNROLLED_NODES = 20000  # body nodes times iterations: beyond this an unrolled loop is refused
+
+
+def _size(body: Graph) -> int:
+    return sum(max(1, _unrolled_size(n.op, n.attrs, n.inputs)) for n in body.nodes)
+
+
+def _unrolled_size(op_name: str, attrs: dict, inputs: Sequence[Any]) -> int:
+    if op_name == "If":
+        return _size(attrs["then_branch"]) + _size(attrs["else_branch"])
+    if op_name == "Loop":
+        return max(0, _loop_steps(attrs, inputs)) * _size(attrs["body"])
+    if op_name == "Scan":
+        n, m, _ = scan_counts(attrs)
+        x = inputs[n]
+        return x.shape[attrs["scan_input_axes"][0]] * _size(attrs["body"])
+    return 1
+
+
+def _loop_steps(attrs: dict, inputs: Sequence[Any]) -> int:
+    """Iterations an unrolled Loop runs: the static trip count, else a constant M (-1: unknown)."""
+    if attrs["trip_count"] >= 0:
+        return attrs["trip_count"]
+    m = inputs[0]
+    if m.is_constant:
+        steps = int(np.asarray(m.data).reshape(-1)[0])
+        return steps if steps <= MAX_UNROLLED_NODES else MAX_UNROLLED_NODES + 1
+    return -1
+
+
+def unroll_refusal(node: Any) -> str | None:
+    """Why a control node cannot become straight-line code (None: it can, with its nested bodies)."""
+    if node.op == "Loop":
+        steps = _loop_steps(node.attrs, node.inputs)
+        if steps < 0:
+            return ("the Loop's trip count is decided at run time (M is not a constant); only loops with a "
+                    "trip count known at compile time are unrolled")
+        if steps == 0 and loop_counts(node.attrs)[1]:
+            return "the Loop runs no iteration, so its scan outputs would be empty"
+    if node.op in CONTROL_OPS:
+        size = _unrolled_size(node.op, node.attrs, node.inputs)
+        if size > MAX_UNROLLED_NODES:
+            return f"unrolled, the {node.op} would be {size} nodes (at most {MAX_UNROLLED_NODES})"
+        for _, body in bodies(node.op, node.attrs):
+            for inner in body.nodes:
+                why = unroll_refusal(inner)
+                if why is not None:
+                    return f"in its body, node '{inner.name}': {why}"
+    return None
