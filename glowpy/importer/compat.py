@@ -239,7 +239,7 @@ class Checker(Host):
         # the node being converted: what its verdict assumes, the IR nodes it emitted
         self._notes: list[str] = []
         self._emitted: list[Node] = []
-        self._body: list[NodeVerdict] = []  # verdicts of the current node's body nodes
+        self._body: dict[str, list[NodeVerdict]] = {}  # verdicts of the current node's body nodes, per body
         self._walk = Walk(model, self, shapes)
 
     def run(self) -> CompatReport:
@@ -424,7 +424,7 @@ class Checker(Host):
     def child(self, ctx: NodeContext, key: str, proto: GraphProto) -> Host:
         return BodyChecker(self, proto, f"{ctx.name}/{key}")
 
-    def formal(self, name: str, t: TensorType) -> None:
+    def formal(self, name: str, t: TensorType, data: np.ndarray | None = None) -> None:
         raise InternalError("only a body checker has formal inputs", found=name)
 
     def close(self, ctx: NodeContext, key: str, outputs: list[Value | None]) -> Body:
@@ -459,7 +459,7 @@ class Checker(Host):
             reason = f"{where}: {note or 'supported'}"
             if assumes:
                 reason += "; " + "; ".join(assumes)
-        body, self._body = tuple(self._body), []
+        body, self._body = tuple(v for vs in self._body.values() for v in vs), {}
         return NodeVerdict(index, name, text(node.op_type), text(node.domain), status, reason, tuple(assumes),
                            body)
 
@@ -558,12 +558,15 @@ class BodyChecker(Checker):
         slot = self.slots.get(name)
         return slot if slot is not None else self.parent._slot(name)
 
-    def formal(self, name: str, t: TensorType) -> None:
-        self.slots[name] = Slot(t.dtype, t.shape, self.graph.add_input(name, t))
+    def formal(self, name: str, t: TensorType, data: np.ndarray | None = None) -> None:
+        v = self.graph.add_input(name, t)
+        if data is not None:
+            v = Value(f"{name}.known", t, "constant", data=data)
+        self.slots[name] = Slot(t.dtype, t.shape, v)
 
     def close(self, ctx: NodeContext, key: str, outputs: list[Value | None]) -> Body:
         verdicts = [replace(v, name=f"{self.prefix}/{v.name}") for _, v in sorted(self.verdicts.items())]
-        self.parent._body.extend(verdicts)
+        self.parent._body[self.prefix] = verdicts  # a body imported again (specialized) replaces its verdicts
         bad = next((i for i, v in sorted(self.verdicts.items()) if not v.supported), None)
         if bad is not None:
             err = self.errors[bad]

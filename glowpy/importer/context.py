@@ -28,10 +28,12 @@ class NodeContext:
         self.opset = opset
         self.name = name
         self.attrs = attribute_values(node)
-        self.walk_body: Callable[[str, Sequence[TensorType]], Body] | None = None  # set by the walk
+        self.declared: dict[str, Any] = {}  # ValueInfoProtos of the walked graph by name (set by the walk)
+        self.walk_body: Callable[[str, Sequence[TensorType | np.ndarray]], Body] | None = None  # set by the walk
 
-    def body(self, key: str, formals: Sequence[TensorType]) -> Body:
-        """Import the subgraph in attribute `key`, its formal inputs typed `formals` (the walk recurses)."""
+    def body(self, key: str, formals: Sequence[TensorType | np.ndarray]) -> Body:
+        """Import the subgraph in attribute `key`, its formal inputs typed `formals` (an array: the formal's
+        value, known at compile time); the walk recurses."""
         if self.walk_body is None:
             raise self.error(InvalidModel, "subgraphs are imported only inside the walk")
         return self.walk_body(key, formals)

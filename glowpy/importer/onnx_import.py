@@ -211,7 +211,7 @@ class GraphHost(Host):
     def child(self, ctx: NodeContext, key: str, proto: GraphProto) -> Host:
         return BodyHost(self, proto.name or f"{ctx.name}.{key}")
 
-    def formal(self, name: str, t: TensorType) -> None:
+    def formal(self, name: str, t: TensorType, data: np.ndarray | None = None) -> None:
         raise InternalError("only a body host has formal inputs", found=name)
 
     def close(self, ctx: NodeContext, key: str, outputs: list[Value | None]) -> Body:
@@ -244,8 +244,10 @@ class BodyHost(GraphHost):
             self.values[name] = v
         return v
 
-    def formal(self, name: str, t: TensorType) -> None:
+    def formal(self, name: str, t: TensorType, data: np.ndarray | None = None) -> None:
         self.values[name] = self.graph.add_input(name, t)
+        if data is not None:  # the body still takes the input; its nodes read the known value
+            self.values[name] = self.graph.add_constant(self.graph.unique_name(f"{name}.known"), data)
 
     def close(self, ctx: NodeContext, key: str, outputs: list[Value | None]) -> Body:
         g = self.graph

@@ -319,8 +319,9 @@ class Host(ABC):
         """A host for the body in attribute `key` of the node: it sees this host's values (outer scope)."""
 
     @abstractmethod
-    def formal(self, name: str, t: TensorType) -> None:
-        """(A child host) bind the body's formal input `name`."""
+    def formal(self, name: str, t: TensorType, data: np.ndarray | None = None) -> None:
+        """(A child host) bind the body's formal input `name`; `data`: its value, known at compile time
+        (a body specialized for it, as a loop unrolled at import is for each iteration number)."""
 
     @abstractmethod
     def close(self, ctx: NodeContext, key: str, outputs: list[Value | None]) -> Body:
@@ -340,6 +341,7 @@ class Walk:
         self.opsets: dict[str, int] = {}
         self.order: list[int] = []
         self.graph_outputs: dict[str, ValueInfoProto] = {}
+        self.declared: dict[str, ValueInfoProto] = {}  # value_info and outputs of the graph being walked
 
     def run(self) -> None:
         host = self.host
@@ -353,6 +355,7 @@ class Walk:
         self._initializers(g.initializer)
         self._inputs(g.input)
         self.graph_outputs = {o.name: o for o in g.output}
+        self.declared = {o.name: o for o in [*g.value_info, *g.output]}
         self.order, stuck = topo_order(nodes, {x.name for x in g.initializer} | {x.name for x in g.input})
         for i in self.order:
             self.convert(i, nodes[i])
@@ -458,6 +461,7 @@ class Walk:
             return False
         ctx = NodeContext(host, node, entry, opset, name)
         ctx.walk_body = lambda key, formals: self.body(ctx, key, formals, opsets)
+        ctx.declared = self.declared
         try:
             results = entry.convert(ctx)
         except (OperandNotVisible, GlowpyError) as e:
@@ -507,9 +511,10 @@ class Walk:
 
     # --- subgraph bodies ---------------------------------------------------------------------------------
 
-    def body(self, ctx: NodeContext, key: str, formals: Sequence[TensorType], opsets: dict[str, int]) -> Body:
+    def body(self, ctx: NodeContext, key: str, formals: Sequence[TensorType | np.ndarray],
+             opsets: dict[str, int]) -> Body:
         """Walk the subgraph in attribute `key` of the node in `ctx` with a child host (recursion: a body's
-        nodes may carry bodies), its formal inputs typed `formals`."""
+        nodes may carry bodies), its formal inputs typed `formals` (an array: a formal of known value)."""
         attr = ctx.attrs.get(key)
         if attr is None or not attr.HasField("g"):
             raise ctx.error(InvalidModel, f"attribute '{key}' (a graph) is missing")
@@ -518,12 +523,14 @@ class Walk:
             raise ctx.error(InvalidModel, f"{key} declares {len(proto.input)} inputs", expected=len(formals),
                             found=len(proto.input))
         child = self.host.child(ctx, key, proto)
-        for info, t in zip(proto.input, formals):
+        for info, f in zip(proto.input, formals):
+            data = f if isinstance(f, np.ndarray) else None
+            t = TensorType.of(f) if data is not None else f
             dtype, _ = declared_type(info)
             if dtype is not None and dtype != t.dtype:
                 raise ctx.error(MismatchingDatatype, f"{key} input '{info.name}' is declared {dtype}",
                                 expected=str(t.dtype), found=str(dtype))
-            child.formal(info.name, t)
+            child.formal(info.name, t, data)
         walk = Walk(self.model, child)
         walk.opsets = opsets
         return child.close(ctx, key, walk.run_body(proto))
@@ -535,6 +542,7 @@ class Walk:
         nodes = list(g.node)
         self._initializers(g.initializer)
         self.graph_outputs = {o.name: o for o in g.output}
+        self.declared = {o.name: o for o in [*g.value_info, *g.output]}
         self.order, stuck = topo_order(nodes, set())
         for i in self.order:
             self.convert(i, nodes[i])
