@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -12,7 +13,8 @@ from glowpy.importer.table import OnnxOp, attribute_values, require_const_operan
 from glowpy.ir.graph import Value
 
 if TYPE_CHECKING:
-    from glowpy.importer.walk import Host
+    from glowpy.importer.walk import Body, Host
+    from glowpy.ir.types import TensorType
 
 
 class NodeContext:
@@ -26,6 +28,15 @@ class NodeContext:
         self.opset = opset
         self.name = name
         self.attrs = attribute_values(node)
+        self.declared: dict[str, Any] = {}  # ValueInfoProtos of the walked graph by name (set by the walk)
+        self.walk_body: Callable[[str, Sequence[TensorType | np.ndarray]], Body] | None = None  # set by the walk
+
+    def body(self, key: str, formals: Sequence[TensorType | np.ndarray]) -> Body:
+        """Import the subgraph in attribute `key`, its formal inputs typed `formals` (an array: the formal's
+        value, known at compile time); the walk recurses."""
+        if self.walk_body is None:
+            raise self.error(InvalidModel, "subgraphs are imported only inside the walk")
+        return self.walk_body(key, formals)
 
     # --- errors with this node's context ------------------------------------------------------
 

@@ -55,6 +55,7 @@ from glowpy.errors import (
 )
 from glowpy.ir.graph import Graph, Node
 from glowpy.ir.ops import OPS
+from glowpy.ir.ops.control import CONTROL_OPS, unroll_refusal
 
 OPTIONS = ("threads", "cache", "fast_kernels", "profile", "release_weights", "isa")
 MAX_THREADS = 256
@@ -307,11 +308,23 @@ class CpuBackend(Backend):
     def should_lower(self, node: Node) -> bool:
         """A BatchNormalization the optimizer could not fold (after a Concat, or of a value with other
         users) becomes a per-channel Mul and Add: the elementwise fuser then merges it with its
-        neighbours, and the scale and shift are computed once, at compile time."""
+        neighbours, and the scale and shift are computed once, at compile time. If / Loop / Scan become
+        straight-line code (both branches and a select; loops unrolled) when `unroll_refusal` allows."""
+        if node.op in CONTROL_OPS:
+            return unroll_refusal(node) is None
         return node.op == "BatchNormalization" and node.inputs[0].type.rank >= 2
+
+    def check_node(self, node: Node) -> None:
+        """The precise refusal of a control node the backend cannot take as straight-line code."""
+        why = unroll_refusal(node) if node.op in CONTROL_OPS else None
+        if why is not None:
+            raise UnsupportedOperator(f"the CPU backend runs {node.op} only as straight-line code: {why}",
+                                      node=node.name, op=node.op, expected="a compile-time trip count",
+                                      found=why)
 
     def check(self, graph: Graph) -> None:
         for node in graph.nodes:
+            self.check_node(node)
             if node.op not in SUPPORTED_OPS:
                 raise UnsupportedOperator("the CPU backend has no kernel for this op", node=node.name, op=node.op)
             for v in (*node.inputs, *node.outputs):
