@@ -452,7 +452,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         "the engines alternate for --rounds rounds of --iterations timed runs, and figures are medians over "
         "the rounds. Inputs are deterministic (seeded), as for `glowpy run`."))
     add_model_arg(p)
-    p.add_argument("--vs", metavar="ENGINE", help="also run this engine and compare: onnxruntime")
+    p.add_argument("--vs", metavar="ENGINE", help="also run this engine and compare: onnxruntime or openvino")
     p.add_argument("--threads", "-t", metavar="N", help="threads of each engine (default: $GLOWPY_NUM_THREADS, "
                    "else all cores)")
     p.add_argument("--iterations", "-n", metavar="K", default="30", help="timed runs per round (default: 30)")
@@ -476,11 +476,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     shapes = _shape_bindings(args.shape)
     engines = ["glowpy"]
     if args.vs is not None:
-        if args.vs != "onnxruntime":
-            raise UsageError(f"--vs {args.vs}: the engine to compare with must be onnxruntime")
-        if not bench.have_onnxruntime():
-            raise UsageError("--vs onnxruntime: onnxruntime is not installed (pip install onnxruntime)")
-        engines.append("onnxruntime")
+        if args.vs not in bench.PEERS:
+            raise UsageError(f"--vs {args.vs}: the engine to compare with must be one of {', '.join(bench.PEERS)}")
+        if not bench.have_engine(args.vs):
+            raise UsageError(f"--vs {args.vs}: {args.vs} is not installed (pip install {args.vs})")
+        engines.append(args.vs)
     threads = _threads_option(args).get("threads")
     if threads is None and "threads" in _backend_options(args.backend):
         from glowpy.backends.cpu import resolve_threads
@@ -584,6 +584,52 @@ def cmd_onnxifi(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- glowpy cache -----------------------------------------------------------------------------------
+
+
+def add_cache(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cache", help="the compile cache: where it is, what it holds, empty it", description=(
+        "The cpu backend's on-disk cache: object code, model entries (optimized graph and packed weights) and "
+        "their indexes. Directory: $GLOWPY_CACHE_DIR, else $XDG_CACHE_HOME/glowpy, else ~/.cache/glowpy. Size cap: "
+        "$GLOWPY_CACHE_MAX_BYTES (e.g. 2G; 0: no cap; default 4G), least recently used entries evicted first."))
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (("info", "print the directory, the number of entries, their size and the cap"),
+                       ("clear", "remove every entry (the onnxifi library directory is kept)"),
+                       ("path", "print the cache directory")):
+        actions.add_parser(name, help=text, description=text)
+    p.set_defaults(func=cmd_cache)
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from glowpy.backends.cpu import cache
+
+    directory = cache.cache_dir()
+    if args.action == "path":
+        print(directory)
+    elif args.action == "clear":
+        n, freed = cache.clear(directory)
+        print(f"removed   {n} entries ({_human_bytes(freed)}) from {directory}")
+    else:
+        found = cache.entries(directory)
+        kinds = {"model": 0, "code": 0, "index": 0}
+        size = {k: 0 for k in kinds}
+        for path, nbytes, _ in found:
+            if path.suffix == ".tmp":
+                continue
+            kind = ("model" if path.name.startswith("model-") else
+                    "index" if path.name.startswith(("idx-", "path-")) else "code")
+            kinds[kind] += 1
+            size[kind] += nbytes
+        cap = cache.max_bytes()
+        print(f"directory {directory}")
+        for kind, label in (("model", "model entries (graph + weights files)"), ("code", "object code"),
+                            ("index", "indexes")):
+            print(f"{kind:<9} {kinds[kind]} files, {_human_bytes(size[kind])}  {label}")
+        print(f"total     {_human_bytes(sum(size.values()))} of {_human_bytes(cap) if cap else 'no'} cap "
+              "(GLOWPY_CACHE_MAX_BYTES)")
+    return EXIT_OK
+
+
 # --- glowpy quantize --------------------------------------------------------------------------------
 
 
@@ -658,7 +704,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 # --- entry -----------------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check, add_bench, add_onnxifi,
-                                                                add_quantize, add_bundle]
+                                                                add_quantize, add_cache, add_bundle]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import llvmlite.binding as llvm
@@ -39,6 +39,8 @@ from glowpy.backends.cpu import codegen
 from glowpy.backends.cpu.activations import EMITTERS
 from glowpy.backends.cpu.cache import ObjectCache, cache_key, graph_signature
 from glowpy.backends.cpu.irutil import supported_dtype
+from glowpy.backends.cpu.model_cache import FORMAT as MODEL_FORMAT
+from glowpy.backends.cpu.model_cache import ModelCache, graph_state, model_digest, model_key, restore_graph
 from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, KERNELS
 from glowpy.backends.cpu.target import HostTarget, compile_object, host_target, isa_available, new_machine
 from glowpy.errors import (
@@ -122,29 +124,64 @@ def load_object(obj: bytes, target: HostTarget) -> llvm.ExecutionEngine:
     return engine
 
 
+@dataclass
+class Layout:
+    """What an executable needs besides its code: the weights table and the arena, from a build or
+    from a model cache entry."""
+
+    arena_size: int
+    weights_size: int
+    nthreads: int  # threads a run uses (1 when no step is parallel)
+    steps: int  # kernel calls per run
+    fast_kernels: list[str]
+    profile_offset: int
+    profile_layout: dict[str, int]  # slots of the profile block (codegen.profile_layout)
+    profile_steps: list[StepInfo]  # the kernel steps as profiles name them
+    weights: list[np.ndarray]
+    const_index: dict[str, int]  # constant name -> its position in the weights table
+
+    @classmethod
+    def of(cls, program: codegen.Program) -> Layout:
+        const_index = {v.name: st.offset for st in program.storage.values() if st.kind == "const"
+                       for v in st.values if 0 <= st.offset < len(program.weights)}
+        return cls(program.arena_size, program.weights_size, program.nthreads if program.threaded else 1,
+                   len([s for s in program.steps if s.fn is not None]), list(program.fast_kernels),
+                   program.profile_offset, codegen.profile_layout(len(program.steps), program.nthreads),
+                   [StepInfo(k, s.name, s.describe(), s.nodes[0].op if s.nodes else "", s.parallel, s.work)
+                    for k, s in enumerate(program.steps) if s.fn is not None],
+                   list(program.weights), const_index)
+
+    def meta(self) -> dict[str, Any]:
+        """Everything but the weights (a model cache entry stores those apart)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "weights"}
+
+
 class CpuExecutable(Executable):
     """A compiled graph: the native entry, its weights block and its arena."""
 
-    def __init__(self, graph: Graph, program: codegen.Program, engine: llvm.ExecutionEngine, *,
+    def __init__(self, graph: Graph, program: codegen.Program | Layout, engine: llvm.ExecutionEngine, *,
                  cached: bool, compile_seconds: float = 0.0) -> None:
-        self.cached = cached
-        self.arena_size = program.arena_size
-        self.weights_size = program.weights_size
-        self.nthreads = program.nthreads if program.threaded else 1
+        layout = program if isinstance(program, Layout) else Layout.of(program)
+        self.layout = layout
+        self.cached = cached  # the object code came from the cache
+        self.model_cached = False  # the whole compile came from a model cache entry
+        self.arena_size = layout.arena_size
+        self.weights_size = layout.weights_size
+        self.nthreads = layout.nthreads
         self.compile_seconds = compile_seconds
-        self.steps = len([s for s in program.steps if s.fn is not None])
-        self.fast_kernels = list(program.fast_kernels)
+        self.steps = layout.steps
+        self.fast_kernels = list(layout.fast_kernels)
         self._engine = engine
         address = engine.get_function_address(codegen.ENTRY)
         if not address:
             raise InternalError("the compiled object has no entry function", expected=codegen.ENTRY)
         self._entry = _ENTRY_TYPE(address)
-        # The weights table points at the arrays where they are (graph constants, packed arrays):
-        # nothing is copied, so the process holds each weight once.
-        self._weight_arrays = list(program.weights)
+        # The weights table points at the arrays where they are (graph constants, packed arrays, or
+        # the cache entry's mapped file): nothing is copied, so the process holds each weight once.
+        self._weight_arrays = list(layout.weights)
         self._weights = (ctypes.c_void_p * max(1, len(self._weight_arrays)))(
             *[a.ctypes.data for a in self._weight_arrays])
-        self._arena = _aligned_zeros(program.arena_size)
+        self._arena = _aligned_zeros(layout.arena_size)
         self._in_types = [(v.dtype, v.shape) for v in graph.inputs]
         self._out_types = [(v.dtype, v.shape) for v in graph.outputs]
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self._in_types)))()
@@ -152,10 +189,9 @@ class CpuExecutable(Executable):
         self._lock = threading.Lock()  # one arena: runs of one executable take turns
         self._weights_ptr, self._arena_ptr = ctypes.addressof(self._weights), self._arena.ctypes.data
         self._in_addr, self._out_addr = ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs)
-        self._profile_offset = program.profile_offset
-        self._profile_layout = codegen.profile_layout(len(program.steps), program.nthreads)
-        self._profile_steps = [StepInfo(k, s.name, s.describe(), s.nodes[0].op if s.nodes else "", s.parallel,
-                                        s.work) for k, s in enumerate(program.steps) if s.fn is not None]
+        self._profile_offset = layout.profile_offset
+        self._profile_layout = layout.profile_layout
+        self._profile_steps = list(layout.profile_steps)
         self._last_wall = 0.0
 
     def _coerce(self, i: int, a: Any) -> np.ndarray:
@@ -324,6 +360,56 @@ class CpuBackend(Backend):
         from glowpy.backends.cpu.target import assembly
 
         return assembly(self.emit_llvm(graph, **options), self.target_for(options))
+
+    # --- the model-level cache (glowpy.pipeline asks before importing) --------------------------
+
+    def model_cache_key(self, model: Any, shapes: Any, optimize: bool, options: dict[str, Any]) -> str | None:
+        """The model cache key of compiling `model` with `options`, or None (cache off, or a model
+        whose bytes do not determine it). Raises for bad options, as compile would."""
+        nthreads, use_cache, fast, profile = self._options(options)
+        if not use_cache:
+            return None
+        target = self.target_for(options)
+        digest = model_digest(model, ObjectCache())
+        if digest is None:
+            return None
+        code_options = {"threads": nthreads, "fast_kernels": fast, "profile": profile,
+                        "isa": options.get("isa", "host")}
+        return model_key(digest, shapes, optimize, code_options, target.fingerprint())
+
+    def load_compiled(self, key: str, options: dict[str, Any]) -> tuple[Graph, CpuExecutable, Any] | None:
+        """(optimized graph, executable, the stored import summary) from the model cache, or None."""
+        start = time.perf_counter()
+        store = ObjectCache()
+        entry = ModelCache(store).get(key)
+        if entry is None:
+            return None
+        meta = entry.meta
+        obj = store.get(meta["code_key"])
+        if obj is None:
+            return None
+        try:
+            engine = load_object(obj, self.target_for(options))
+        except Exception:  # noqa: BLE001  (an entry LLVM cannot load is a miss, never fatal)
+            return None
+        graph = restore_graph(meta["graph"])
+        layout = Layout(weights=entry.weights, **meta["layout"])
+        for name, index in layout.const_index.items():
+            v = graph.constants.get(name)
+            if v is not None and v.data is None:
+                v.data = entry.weights[index]
+        executable = CpuExecutable(graph, layout, engine, cached=True, compile_seconds=time.perf_counter() - start)
+        executable.code_key = meta["code_key"]
+        executable.model_cached = True
+        return graph, executable, meta["imported"]
+
+    def store_compiled(self, key: str, graph: Graph, executable: CpuExecutable, imported: Any) -> bool:
+        """Record a compile under `key` (False, never an exception, when the cache cannot take it)."""
+        if not isinstance(executable, CpuExecutable) or getattr(executable, "code_key", None) is None:
+            return False
+        meta = {"format": MODEL_FORMAT, "code_key": executable.code_key, "graph": graph_state(graph),
+                "layout": executable.layout.meta(), "imported": imported}
+        return ModelCache(ObjectCache()).put(key, meta, executable.layout.weights)
 
     def compile(self, graph: Graph, **options: Any) -> CpuExecutable:
         # Building LLVM IR in llvmlite allocates ~10^5 small objects and no cycles worth collecting

@@ -26,9 +26,9 @@ def test_cpu_is_registered_and_the_default() -> None:
     assert isinstance(get_backend("cpu"), CpuBackend)
 
 
-# IR ops the cpu backend refuses for want of a kernel (issue 11: the recurrent kernels; issue 14: the
-# int8 kernels and the QDQ rewrite onto them).
-WITHOUT_KERNEL = {"LSTM", "GRU", "RNN", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+# IR ops the cpu backend refuses for want of a kernel (issue 14: the int8 kernels and the QDQ rewrite
+# onto them).
+WITHOUT_KERNEL = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
                   "QLinearMatMul", "ConvInteger", "MatMulInteger"}
 
 
