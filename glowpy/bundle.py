@@ -262,7 +262,8 @@ void {n}_free({n}_model *model);
 
 def _runtime(i: dict[str, Any]) -> str:
     n = i["name"]
-    offsets = ", ".join(f"{o}u" for o in i["offsets"]) or "0u"
+    items = [f"{o}u" for o in i["offsets"]] or ["0u"]
+    offsets = ",\n    ".join(", ".join(items[k:k + 8]) for k in range(0, len(items), 8))
     return f"""/* The runtime of the {n} bundle: weights from {n}.weights, an arena, the entry. */
 #include "{n}.h"
 
@@ -275,7 +276,9 @@ def _runtime(i: dict[str, Any]) -> str:
 
 #define NUM_WEIGHTS {i['nweights']}
 #define BUNDLE_ID {i['bundle_id']}ull
-static const uint64_t weight_offsets[] = {{{offsets}}};
+static const uint64_t weight_offsets[] = {{
+    {offsets}
+}};
 
 struct {n}_model {{
     unsigned char *blob;  /* the weights file, 64-byte aligned */
