@@ -168,7 +168,14 @@ def write_bundle(model: Any, directory: str | Path, *, name: str | None = None, 
 
 
 def _c_string(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A C string literal of `s` (UTF-8; octal escapes for quotes, backslashes and non-printable bytes)."""
+    return '"' + "".join(chr(c) if 32 <= c < 127 and c not in (34, 63, 92) else f"\\{c:03o}"
+                         for c in s.encode()) + '"'
+
+
+def _comment(s: str) -> str:
+    """`s` safe inside a C block comment, on one line."""
+    return "".join(ch if ch.isprintable() else "?" for ch in s).replace("*/", "*?/")
 
 
 def _tensor_table(name: str, kind: str, tensors: list[tuple[str, str, tuple[int, ...]]]) -> str:
@@ -192,9 +199,10 @@ def _header(i: dict[str, Any]) -> str:
     guard = f"GLOWPY_BUNDLE_{n.upper()}_H"
 
     def describe(tensors: list[tuple[str, str, tuple[int, ...]]]) -> str:
-        return "\n".join(f" *   [{j}] {t[0]}: {t[1]} [{', '.join(map(str, t[2]))}]" for j, t in enumerate(tensors))
+        return "\n".join(f" *   [{j}] {_comment(t[0])}: {t[1]} [{', '.join(map(str, t[2]))}]"
+                         for j, t in enumerate(tensors))
 
-    return f"""/* {n}: a glowpy {__version__} bundle of {i['model']}
+    return f"""/* {n}: a glowpy {__version__} bundle of {_comment(i['model'])}
  * (generated code for {i['cpu']}, {i['threads']} thread{'s' if i['threads'] > 1 else ''}).
  * Inputs:
 {describe(i['inputs'])}
@@ -254,7 +262,8 @@ void {n}_free({n}_model *model);
 
 def _runtime(i: dict[str, Any]) -> str:
     n = i["name"]
-    offsets = ", ".join(f"{o}u" for o in i["offsets"]) or "0u"
+    items = [f"{o}u" for o in i["offsets"]] or ["0u"]
+    offsets = ",\n    ".join(", ".join(items[k:k + 8]) for k in range(0, len(items), 8))
     return f"""/* The runtime of the {n} bundle: weights from {n}.weights, an arena, the entry. */
 #include "{n}.h"
 
@@ -267,7 +276,9 @@ def _runtime(i: dict[str, Any]) -> str:
 
 #define NUM_WEIGHTS {i['nweights']}
 #define BUNDLE_ID {i['bundle_id']}ull
-static const uint64_t weight_offsets[] = {{{offsets}}};
+static const uint64_t weight_offsets[] = {{
+    {offsets}
+}};
 
 struct {n}_model {{
     unsigned char *blob;  /* the weights file, 64-byte aligned */
@@ -331,8 +342,9 @@ def _main(i: dict[str, Any]) -> str:
     N = n.upper()
     return f"""/* An example program for the {n} bundle:
  *
- *   ./{n}_main [-w {n}.weights] [-i INPUT.bin]... [-s SEED] [-o DIR] [-n RUNS]
+ *   ./{n}_main [-w WEIGHTS] [-i INPUT.bin]... [-s SEED] [-o DIR] [-n RUNS]
  *
+ * Weights: {n}.weights beside the program unless -w names the file.
  * Inputs: one raw file per input (-i, in order; exactly the tensor's bytes), else a seeded pattern.
  * Outputs: DIR/output<j>.bin (raw), with -o DIR. Prints each output's shape and a checksum, and the
  * mean time of RUNS runs.
@@ -408,7 +420,11 @@ static double now(void) {{
 }}
 
 int main(int argc, char **argv) {{
-    const char *weights = "{n}.weights", *outdir = NULL, *files[{N}_NUM_INPUTS + 1] = {{0}};
+    char beside[4096];
+    const char *slash = strrchr(argv[0], '/');
+    if (slash) snprintf(beside, sizeof beside, "%.*s/{n}.weights", (int)(slash - argv[0]), argv[0]);
+    else snprintf(beside, sizeof beside, "{n}.weights");
+    const char *weights = beside, *outdir = NULL, *files[{N}_NUM_INPUTS + 1] = {{0}};
     int nfiles = 0, runs = 1;
     unsigned long long seed = 0;
     for (int a = 1; a < argc; a++) {{

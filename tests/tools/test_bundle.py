@@ -14,12 +14,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import glowpy
+from glowpy.backends.cpu.target import isa_available
 from glowpy.bundle import pattern, write_bundle
 from glowpy.cli import main
 from glowpy.errors import UnsupportedDatatype
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,
-                                reason="building a bundle needs cc and make")
+pytestmark = pytest.mark.skipif(any(shutil.which(t) is None for t in ("cc", "make", "ar", "objdump")),
+                                reason="building a bundle needs cc, make and binutils")
 
 
 def _convnet(path: Path) -> Path:
@@ -43,12 +44,13 @@ def _convnet(path: Path) -> Path:
     return path
 
 
-def _make_and_run(directory: Path, name: str, *args: str) -> str:
-    subprocess.run(["make", "-C", str(directory)], check=True, capture_output=True, timeout=120)
+def _make_and_run(directory: Path, name: str, *args: str, cwd: Path | None = None) -> str:
+    subprocess.run(["make", "-C", str(directory), "CFLAGS=-O2 -std=c11 -Wall -Wextra -Werror"], check=True,
+                   capture_output=True, timeout=120)
     exe = directory / f"{name}_main"
     # a process without Python: nothing of the interpreter in its environment or its libraries
     env = {"PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([str(exe), *args], cwd=directory, env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([str(exe), *args], cwd=cwd or directory, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "python" not in Path(exe).read_bytes().decode("latin-1").lower()
     return proc.stdout
@@ -87,6 +89,33 @@ def test_bundle_matches_compile_from_files_and_pattern(tmp_path: Path) -> None:
     want = compiled.run(seeded)
     got = np.fromfile(tmp_path / "output0.bin", np.float32).reshape(2, 10)
     np.testing.assert_array_equal(got, want["logits"])
+
+
+def test_bundle_avx2_with_awkward_tensor_names(tmp_path: Path) -> None:
+    """Names that need escaping in C strings and comments; AVX2-only code (what a Zen 3 host runs); the
+    program finds its weights beside itself when run from elsewhere."""
+    if not isa_available("avx2"):
+        pytest.fail("this host cannot run AVX2 code")
+    rng = np.random.default_rng(2)
+    x_name, y_name = 'x "in" */ ?', "y\\out"
+    w = numpy_helper.from_array(rng.standard_normal((16, 24)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", [x_name, "w"], ["m"]), helper.make_node("Tanh", ["m"], [y_name])], "odd",
+        [helper.make_tensor_value_info(x_name, TensorProto.FLOAT, [8, 16])],
+        [helper.make_tensor_value_info(y_name, TensorProto.FLOAT, [8, 24])], [w])
+    model = tmp_path / "odd.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(model))
+    out = tmp_path / "bundle"
+    write_bundle(str(model), out, isa="avx2")
+    code = subprocess.run(["objdump", "-d", str(out / "odd_model.o")], capture_output=True, text=True, check=True)
+    assert "ymm" in code.stdout and "zmm" not in code.stdout
+    elsewhere = tmp_path / "run"
+    elsewhere.mkdir()
+    stdout = _make_and_run(out, "odd", "-s", "1", "-o", ".", cwd=elsewhere)
+    assert f"output 0 {y_name}: float32 [8, 24]" in stdout
+    want = glowpy.compile(str(model), isa="avx2", threads=1).run({x_name: pattern(np.float32, (8, 16), 1, 0)})
+    got = np.fromfile(elsewhere / "output0.bin", np.float32).reshape(8, 24)
+    np.testing.assert_array_equal(got, want[y_name])
 
 
 def test_bundle_refuses_a_foreign_weights_file(tmp_path: Path) -> None:
