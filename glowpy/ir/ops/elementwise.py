@@ -57,8 +57,8 @@ def _same_dtype(name: str, *types: TensorType) -> None:
 def _unary(name: str, fn, dtypes=FLOAT_TYPES, attrs=None, doc: str = "", *, onnx: str | None = None,
            infer=same_as_first) -> None:
     attrs = attrs or {}
+    fn.__doc__ = doc  # before registering: the declaration reads it
     op(name, infer=infer, dtypes=dtypes, attrs=attrs, elementwise=True, onnx=onnx)(fn)
-    fn.__doc__ = doc
 
 
 def _quiet(fn):
@@ -92,7 +92,7 @@ for _name, _fn in (("Sin", np.sin), ("Cos", np.cos), ("Tan", np.tan), ("Asin", n
                    ("Atan", np.arctan), ("Sinh", np.sinh), ("Cosh", np.cosh), ("Asinh", np.arcsinh),
                    ("Acosh", np.arccosh), ("Atanh", np.arctanh), ("Floor", np.floor), ("Ceil", np.ceil),
                    ("Round", np.round)):
-    _unary(_name, _quiet(_fn), onnx=_name, doc=f"numpy {_fn.__name__} (Round: half to even)")
+    _unary(_name, _quiet(_fn), onnx=_name, doc=f"numpy {_fn.__name__}" + (" (half to even)" if _name == "Round" else ""))
 _unary("Sign", lambda a, x: np.sign(x), NUMERIC_TYPES, onnx="Sign", doc="-1, 0 or 1 (NaN stays NaN)")
 _unary("Not", lambda a, x: np.logical_not(x), BOOL_TYPES, onnx="Not", doc="logical not")
 _unary("BitwiseNot", lambda a, x: np.invert(x), INT_TYPES, onnx="BitwiseNot", doc="~x")
