@@ -341,7 +341,10 @@ class _Einsum:
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
         self.xs = ctx.inputs()
-        eq = ctx.attr("equation").replace(" ", "")
+        eq = ctx.attr("equation")
+        if eq is None:
+            raise ctx.error(InvalidModel, "attribute 'equation' is required")
+        eq = eq.replace(" ", "")
         lhs, arrow, rhs = eq.partition("->")
         terms = lhs.split(",")
         if len(terms) != len(self.xs):
