@@ -465,3 +465,26 @@ def test_gather_nd_avx2_build():
     model, feeds = node_model("GatherND", [x, np.array([[3, 1], [0, 2], [-1, 0]], I64)], opset=13)
     got = glowpy.compile(model, backend="cpu", isa="avx2", cache=False).run(feeds)["out0"]
     np.testing.assert_array_equal(got, np.stack([x[3, 1], x[0, 2], x[3, 0]]))
+
+
+# Big enough that the cpu backend splits the kernels across threads (lowering.PARALLEL_MIN_WORK).
+THREADED = {
+    "GatherElements": ([randn(64, 1100), idx(64, 1100, high=1100, seed=7)], {"axis": 1}, 13),
+    "GatherND": ([randn(300, 256), idx(400, 1, high=300, seed=8)], {}, 13),
+    "CumSum": ([randn(70, 1000), scalar(0)], {"reverse": 1}, 14),
+    "TopK": ([randn(300, 240), ints(5)], {}, 11),
+    "OneHot": ([idx(300, high=250, seed=9), scalar(250), np.array([0.0, 1.0], np.float32)], {}, 11),
+    "ReverseSequence": ([randn(50, 8, 200), randint(8, low=0, high=51, seed=10)], {}, 10),
+    "ScatterElements": ([randn(300, 250), idx(300, 2, high=250, seed=11), randn(300, 2)], {"axis": 1}, 13),
+}
+
+
+@pytest.mark.parametrize("op", list(THREADED))
+def test_threaded_cpu(op):
+    """The split across threads covers every line once (two threads; the interpreter is the oracle)."""
+    ins, attrs, opset = THREADED[op]
+    model, feeds = node_model(op, ins, opset=opset, attrs=attrs, outputs=2 if op == "TopK" else 1)
+    want = glowpy.compile(model, backend="interpreter").run(feeds)
+    got = glowpy.compile(model, backend="cpu", threads=2).run(feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-4, err_msg=f"{op} {name}")
