@@ -1,4 +1,4 @@
-"""Indexing, scatter and tensor-construction ops against onnx's ReferenceEvaluator, on every backend, at
+"""Indexing, scatter, tensor-construction ops and Det against onnx's ReferenceEvaluator, on every backend, at
 each opset where the op changed: GatherElements, GatherND, ScatterND, ScatterElements, Scatter, Range,
 Tile, OneHot, Trilu, CumSum, CumProd, EyeLike, Size, CastLike, TopK, ArgMin / ArgMax, Hardmax,
 ReverseSequence, DepthToSpace, SpaceToDepth, Einsum, CenterCropPad; the refusal of ops whose output shape
@@ -488,3 +488,17 @@ def test_threaded_cpu(op):
     got = glowpy.compile(model, backend="cpu", threads=2).run(feeds)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-4, err_msg=f"{op} {name}")
+
+
+# --- Det -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opset", [11, 22])
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4), (1, 1)])
+def test_det(backend, opset, shape):
+    check(backend, "Det", [randn(*shape)], opset=opset, rtol=1e-4, atol=1e-5)
+
+
+def test_det_singular(backend):
+    x = np.array([[[1, 2, 3], [2, 4, 6], [0, 1, 1]], [[0, 1, 0], [1, 0, 0], [0, 0, 2]]], np.float32)
+    check(backend, "Det", [x], opset=22)

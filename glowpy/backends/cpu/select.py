@@ -440,6 +440,13 @@ def _lower_ReverseSequence(low: Lowering, node: Node) -> None:
     _simple(low, node, fn, [low.val(x), low.val(lens)], x.type.size)
 
 
+def _lower_Det(low: Lowering, node: Node) -> None:
+    x = node.inputs[0]
+    n = x.shape[-1]
+    fn, scratch = linalg.emit_det(low.kmod(), low.fname([node]), x.dtype, math.prod(x.shape[:-2]), n)
+    _simple(low, node, fn, [low.val(x), SCRATCH], x.type.size * n, scratch)
+
+
 # The op -> kernel emitter table: every op the backend has a kernel for, besides elementwise groups
 # (fusion.py) and aliases (ALIAS_OPS).
 HEAVY = {
@@ -478,6 +485,7 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "TopK": _lower_TopK,
     "OneHot": _lower_OneHot,
     "ReverseSequence": _lower_ReverseSequence,
+    "Det": _lower_Det,
     "Conv": lower_heavy_node,
     "Gemm": lower_heavy_node,
     "FullyConnected": lower_heavy_node,
