@@ -502,3 +502,10 @@ def test_det(backend, opset, shape):
 def test_det_singular(backend):
     x = np.array([[[1, 2, 3], [2, 4, 6], [0, 1, 1]], [[0, 1, 0], [1, 0, 0], [0, 0, 2]]], np.float32)
     check(backend, "Det", [x], opset=22)
+
+
+def test_gather_nd_rows_too_long():
+    from glowpy.errors import MismatchingShape
+
+    expect_error(MismatchingShape, "GatherND", [randn(3, 4), Const(np.array([[1, 2, 0]], I64))], opset=13,
+                 mentions=["indices"])
