@@ -509,3 +509,22 @@ def test_gather_nd_rows_too_long():
 
     expect_error(MismatchingShape, "GatherND", [randn(3, 4), Const(np.array([[1, 2, 0]], I64))], opset=13,
                  mentions=["indices"])
+
+
+NEWEST = {
+    "OneHot": ([np.array([[1, -2]], I64), scalar(4), np.array([0.0, 1.0], np.float32)], {"axis": 1}, 28),
+    "ReverseSequence": ([randn(4, 3, 2), np.array([2, 4, 1], I64)], {}, 28),
+    "DepthToSpace": ([randn(1, 8, 2, 3)], {"blocksize": 2, "mode": "CRD"}, 28),
+    "SpaceToDepth-DCR": ([randn(1, 3, 4, 6)], {"blocksize": 2, "mode": "DCR"}, 28),
+    "SpaceToDepth-CRD": ([randn(1, 3, 4, 6)], {"blocksize": 2, "mode": "CRD"}, 28),
+    "Einsum": ([randn(2, 3, 4), randn(2, 4, 5)], {"equation": "bij,bjk->bik"}, 28),
+    "Range": ([scalar(2.0, np.float32), scalar(-1.0, np.float32), scalar(-0.5, np.float32)], {}, 27),
+    "TopK": ([randn(3, 5), ints(2)], {"largest": 0}, 24),
+}
+
+
+@pytest.mark.parametrize("case", list(NEWEST))
+def test_newest_opsets(backend, case):
+    ins, attrs, opset = NEWEST[case]
+    op = case.split("-")[0]
+    check(backend, op, ins, opset=opset, attrs=attrs, outputs=2 if op == "TopK" else 1, rtol=1e-4, atol=1e-4)
