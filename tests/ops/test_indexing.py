@@ -114,9 +114,8 @@ def test_scatter_nd_int_add(backend):
           opset=16, attrs={"reduction": "add"})
 
 
-@pytest.mark.parametrize("opset,reduction", [(11, None), (13, None), (16, "add"), (16, "mul"), (18, "max"),
-                                             (18, "min")])
-@pytest.mark.parametrize("axis", [1, -3])
+@pytest.mark.parametrize("opset,reduction,axis", [(11, None, 1), (13, None, -3), (16, "add", 1), (16, "mul", -3),
+                                                  (18, "max", 1), (18, "min", -3)])
 def test_scatter_elements(backend, opset, reduction, axis):
     attrs = {"axis": axis, **({"reduction": reduction} if reduction else {})}
     i = idx(3, 2, 4, high=4 if axis == 1 else 3, seed=5)
@@ -199,7 +198,7 @@ def test_tile_bad_repeats():
 
 
 @pytest.mark.parametrize("upper", [0, 1])
-@pytest.mark.parametrize("k", [None, 0, 2, -1, -7])
+@pytest.mark.parametrize("k", [None, 2, -1, -7])
 def test_trilu(backend, upper, k):
     check(backend, "Trilu", [randn(2, 4, 5)] + ([] if k is None else [scalar(k)]), opset=14, attrs={"upper": upper})
 
@@ -274,7 +273,7 @@ def test_topk_runtime_k_refused():
 @pytest.mark.parametrize("op", ["ArgMin", "ArgMax"])
 @pytest.mark.parametrize("opset,attrs", [(11, {"axis": -1}), (12, {"select_last_index": 1}),
                                          (13, {"axis": 1, "keepdims": 0, "select_last_index": 1})])
-@pytest.mark.parametrize("dtype", ["f32", "i32", "u8"])
+@pytest.mark.parametrize("dtype", ["f32", "u8"])
 def test_arg_min_max(backend, op, opset, attrs, dtype):
     x = DATA[dtype](3, 4) if dtype == "f32" else randint(3, 4, low=0, high=3, dtype=DATA[dtype](1).dtype)  # ties
     check(backend, op, [x], opset=opset, attrs=attrs)
