@@ -26,21 +26,21 @@ STRING = Rule(lambda v: isinstance(v, str), "a string")
 
 
 def _check_indices(ctx: NodeContext, i: int, dims: tuple[int, ...] | int) -> None:
-    """An index operand known now must be in range (per entry of its last dim when `dims` is a tuple)."""
+    """An index operand known now must be in range: every entry in -dims..dims-1, or per entry of its last
+    dim when `dims` is a tuple (index rows of GatherND / ScatterND)."""
     data = ctx.known(i)
     if data is None or data.size == 0:
         return
     data = np.asarray(data, dtype=np.int64)
-    if isinstance(dims, int):
-        bad = (data >= dims) | (data < -dims)
-        lim = dims
-    else:
-        n = np.array(dims[:data.shape[-1]], dtype=np.int64)
-        bad = (data >= n) | (data < -n)
-        lim = list(n)
+    if not isinstance(dims, int) and (data.ndim == 0 or data.shape[-1] > len(dims)):
+        return  # rows longer than data's rank: the IR op's inference refuses the shapes
+    n = np.array(dims if isinstance(dims, int) else dims[:data.shape[-1]], dtype=np.int64)
+    bad = (data >= n) | (data < -n)
     if bad.any():
-        raise ctx.error(InvalidModel, "index out of range", expected=f"-{lim}..{lim}-1 (per dim)" if not
-                        isinstance(lim, int) else f"-{lim}..{lim - 1}", found=int(data[bad].reshape(-1)[0]))
+        where = tuple(int(w[0]) for w in np.nonzero(bad))
+        limit = int(n if n.ndim == 0 else n[where[-1]])
+        raise ctx.error(InvalidModel, f"index out of range at {list(where)} of operand {i}",
+                        expected=f"-{limit}..{limit - 1}", found=int(data[where]))
 
 
 # --- gathers and scatters --------------------------------------------------------------------------
@@ -341,7 +341,10 @@ class _Einsum:
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
         self.xs = ctx.inputs()
-        eq = ctx.attr("equation").replace(" ", "")
+        eq = ctx.attr("equation")
+        if eq is None:
+            raise ctx.error(InvalidModel, "attribute 'equation' is required")
+        eq = eq.replace(" ", "")
         lhs, arrow, rhs = eq.partition("->")
         terms = lhs.split(",")
         if len(terms) != len(self.xs):

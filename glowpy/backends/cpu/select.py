@@ -441,6 +441,8 @@ def _lower_ReverseSequence(low: Lowering, node: Node) -> None:
     fn = indexing.emit_reverse_sequence(low.kmod(), low.fname([node]), x.dtype, lens.dtype, x.shape,
                                         node.attrs["batch_axis"], node.attrs["time_axis"])
     _simple(low, node, fn, [low.val(x), low.val(lens)], x.type.size)
+
+
 def _lower_Resize(low: Lowering, node: Node) -> None:
     """One resample step per resized axis (tables from the IR op's), through float32 (float64)
     intermediates; no resized axis is a copy."""
@@ -470,6 +472,13 @@ def _lower_Resize(low: Lowering, node: Node) -> None:
             args.append(low.array(bias))
         low.add(Step(fn.name, fn, args, [dst], [node], work=float(dst.type.size * idx.shape[1])))
         src, shape = dst, new_shape
+
+
+def _lower_Det(low: Lowering, node: Node) -> None:
+    x = node.inputs[0]
+    n = x.shape[-1]
+    fn, scratch = linalg.emit_det(low.kmod(), low.fname([node]), x.dtype, math.prod(x.shape[:-2]), n)
+    _simple(low, node, fn, [low.val(x), SCRATCH], x.type.size * n, scratch)
 
 
 # The op -> kernel emitter table: every op the backend has a kernel for, besides elementwise groups
@@ -511,6 +520,7 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "OneHot": _lower_OneHot,
     "ReverseSequence": _lower_ReverseSequence,
     "Resize": _lower_Resize,
+    "Det": _lower_Det,
     "Conv": lower_heavy_node,
     "Gemm": lower_heavy_node,
     "FullyConnected": lower_heavy_node,

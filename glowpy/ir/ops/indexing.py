@@ -45,16 +45,20 @@ def normalize(idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.where(ok, j, 0), ok
 
 
-def _combine(reduction: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if reduction == "add":
-        return a + b
-    if reduction == "mul":
-        return a * b
-    if reduction == "max":
-        return np.maximum(a, b)
-    if reduction == "min":
-        return np.minimum(a, b)
-    return b
+_AT = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter(out: np.ndarray, where: tuple[np.ndarray, ...], values: np.ndarray, reduction: str) -> None:
+    """out[where] (op)= values, entry by entry in order: a repeated position keeps the last value
+    (reduction none) or combines them all."""
+    if reduction == "none":
+        # numpy does not promise an order for repeated positions: keep each position's last entry.
+        flat = np.ravel_multi_index(where, out.shape[:len(where)]) if where and where[0].size else np.zeros(0, int)
+        _, first_from_end = np.unique(flat[::-1], return_index=True)
+        keep = flat.size - 1 - first_from_end
+        out[tuple(w[keep] for w in where)] = values[keep]
+    else:
+        _AT[reduction].at(out, where, values)
 
 
 # --- GatherElements / ScatterElements ------------------------------------------------------------
@@ -104,13 +108,10 @@ def scatter_elements(attrs: dict, x: np.ndarray, idx: np.ndarray, upd: np.ndarra
     axis = attrs["axis"] % x.ndim
     out = x.copy()
     j, ok = normalize(idx, x.shape[axis])
-    for pos in np.ndindex(*idx.shape):
-        if not ok[pos]:
-            continue
-        dst = list(pos)
-        dst[axis] = j[pos]
-        dst = tuple(dst)
-        out[dst] = _combine(attrs["reduction"], out[dst], upd[pos])
+    where = [np.broadcast_to(np.arange(d).reshape([-1 if a == b else 1 for b in range(idx.ndim)]), idx.shape)
+             for a, d in enumerate(idx.shape)]
+    where[axis] = j
+    _scatter(out, tuple(w[ok] for w in where), upd[ok], attrs["reduction"])
     return out
 
 
@@ -139,14 +140,11 @@ def gather_nd(attrs: dict, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
     nb = int(np.prod(x.shape[:b], dtype=np.int64))
     xs = x.reshape((nb,) + x.shape[b:])
     rows = idx.reshape(nb, -1, k)
-    inner = x.shape[b + k:]
-    out = np.zeros((nb, rows.shape[1]) + inner, x.dtype)
-    for g in range(nb):
-        for r in range(rows.shape[1]):
-            coords, ok = zip(*(normalize(rows[g, r, d], x.shape[b + d]) for d in range(k)))
-            if all(ok):
-                out[g, r] = xs[g][tuple(int(c) for c in coords)]
-    return out.reshape(idx.shape[:-1] + inner)
+    coords, oks = zip(*(normalize(rows[..., d], x.shape[b + d]) for d in range(k)))
+    ok = np.logical_and.reduce(oks)
+    got = xs[(np.arange(nb)[:, None], *coords)]
+    got[~ok] = 0
+    return got.reshape(idx.shape[:-1] + x.shape[b + k:])
 
 
 def _scatter_nd_infer(attrs: dict, x: TensorType, idx: TensorType, upd: TensorType) -> TensorType:
@@ -170,11 +168,9 @@ def scatter_nd(attrs: dict, x: np.ndarray, idx: np.ndarray, upd: np.ndarray) -> 
     k = idx.shape[-1]
     rows = idx.reshape(-1, k)
     u = upd.reshape((rows.shape[0],) + x.shape[k:])
-    for r in range(rows.shape[0]):
-        coords, ok = zip(*(normalize(rows[r, d], x.shape[d]) for d in range(k)))
-        if all(ok):
-            at = tuple(int(c) for c in coords)
-            out[at] = _combine(attrs["reduction"], out[at], u[r])
+    coords, oks = zip(*(normalize(rows[:, d], x.shape[d]) for d in range(k)))
+    ok = np.logical_and.reduce(oks)
+    _scatter(out, tuple(c[ok] for c in coords), u[ok], attrs["reduction"])
     return out
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from glowpy.errors import MismatchingDatatype, MismatchingShape, UnsupportedAttribute, UnsupportedDatatype
 from glowpy.ir.ops.elementwise import broadcast_shapes
 from glowpy.ir.ops.registry import FROM_ONNX, REQUIRED, op
-from glowpy.ir.types import NUMERIC_TYPES, TensorType
+from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES, TensorType
 
 
 def _axis(name: str, axis: int, rank: int) -> int:
@@ -202,3 +202,16 @@ def argmax(attrs: dict, x: np.ndarray) -> np.ndarray:
         idx = np.expand_dims(idx, axis)
     return idx.astype(np.int64)
 
+
+
+def _det_infer(attrs: dict, x: TensorType) -> TensorType:
+    if x.rank < 2 or x.shape[-1] != x.shape[-2]:
+        raise MismatchingShape("Det takes square matrices in the last two dims", op="Det", expected="[..., n, n]",
+                               found=list(x.shape))
+    return TensorType(x.dtype, x.shape[:-2])
+
+
+@op("Det", infer=_det_infer, dtypes=FLOAT_TYPES, onnx="Det")
+def det(attrs: dict, x: np.ndarray) -> np.ndarray:
+    """Determinant of each matrix in the last two dims (LU with partial pivoting, in float64)."""
+    return np.linalg.det(x.astype(np.float64)).astype(x.dtype)
