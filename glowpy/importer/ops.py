@@ -580,26 +580,7 @@ def pad(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Pad", [x], {"pads": tuple(pads), "mode": ctx.attr("mode"), "value": float(value)})
 
 
-# --- reductions ----------------------------------------------------------------------------------
-
-
-def _reduce(op_type: str, axes_input_since: int) -> None:
-    @onnx_op(op_type, attrs={"axes": INTS, "keepdims": BOOL_INT, "noop_with_empty_axes": BOOL_INT},
-             const_inputs=(1,))
-    def convert(ctx: NodeContext) -> list[Value]:
-        x = ctx.input(0)
-        axes = _axes_operand(ctx, axes_input_since)
-        if not axes:
-            if ctx.attr("noop_with_empty_axes"):
-                return ctx.emit("Identity", [x])
-            axes = tuple(range(x.type.rank))
-        axes = tuple(sorted({ctx.axis(a, x.type.rank) for a in axes}))
-        return ctx.emit(op_type, [x], {"axes": axes, "keepdims": ctx.attr("keepdims")})
-
-
-_reduce("ReduceSum", 13)
-_reduce("ReduceMean", 18)
-_reduce("ReduceMax", 18)
+# --- reductions: importer/nn.py -------------------------------------------------------------------
 
 
 @onnx_op("ArgMax", attrs={"axis": INT, "keepdims": BOOL_INT, "select_last_index": BOOL_INT})

@@ -285,6 +285,14 @@ def _lower_ReduceMax(low: Lowering, node: Node) -> None:
     _reduce(low, node, tuple(node.attrs["axes"]), "max")
 
 
+def _lower_ReduceMin(low: Lowering, node: Node) -> None:
+    _reduce(low, node, tuple(node.attrs["axes"]), "min")
+
+
+def _lower_ReduceProd(low: Lowering, node: Node) -> None:
+    _reduce(low, node, tuple(node.attrs["axes"]), "prod")
+
+
 def _lower_ArgMax(low: Lowering, node: Node) -> None:
     x = node.inputs[0]
     fn = reduce.emit_argmax(low.kmod(), low.fname([node]), x.dtype, x.shape, node.attrs["axis"],
@@ -420,6 +428,8 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "ReduceSum": _lower_ReduceSum,
     "ReduceMean": _lower_ReduceMean,
     "ReduceMax": _lower_ReduceMax,
+    "ReduceMin": _lower_ReduceMin,
+    "ReduceProd": _lower_ReduceProd,
     "ArgMax": _lower_ArgMax,
     "Softmax": _lower_Softmax,
     "LogSoftmax": _lower_LogSoftmax,
