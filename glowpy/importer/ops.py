@@ -291,13 +291,9 @@ def _pool(op_type: str, extra: dict[str, Rule]) -> None:
         kernel = tuple(ctx.attr("kernel_shape"))
         strides, dilations = _spatial_attrs(ctx, x, kernel)
         pads = spatial_pads(ctx, x.shape[2:], kernel, strides, dilations)
-        attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ctx.attr("ceil_mode")}
-        if op_type == "MaxPool":
-            attrs["dilations"] = dilations
-        else:
-            if any(d != 1 for d in dilations):
-                raise ctx.unsupported("dilated AveragePool is not supported", expected="dilations of 1",
-                                      found=list(dilations))
+        attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ctx.attr("ceil_mode"),
+                 "dilations": dilations}
+        if op_type == "AveragePool":
             attrs["count_include_pad"] = ctx.attr("count_include_pad")
         return ctx.emit(op_type, [x], attrs)
 

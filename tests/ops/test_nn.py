@@ -233,9 +233,14 @@ def test_max_pool_indices_output_unsupported():
                  outputs=2, mentions=["output"])
 
 
-def test_average_pool_dilations_unsupported():
-    expect_error(UnsupportedAttribute, "AveragePool", [randn(1, 2, 6, 6)], opset=19,
-                 attrs={"kernel_shape": [2, 2], "dilations": [2, 2]}, mentions=["dilat"])
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [2, 2], "dilations": [2, 2]},
+    {"kernel_shape": [3, 2], "dilations": [2, 3], "strides": [2, 1], "pads": [1, 1, 2, 0], "count_include_pad": 1},
+    {"kernel_shape": [3, 2], "dilations": [2, 3], "strides": [2, 1], "pads": [1, 1, 2, 0]},
+    {"kernel_shape": [2, 2], "dilations": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+], ids=["dil2", "dil-pads-count", "dil-pads", "dil-ceil"])
+def test_average_pool_dilations(backend, attrs):
+    check(backend, "AveragePool", [randn(1, 2, 9, 8)], opset=19, attrs=attrs)
 
 
 def test_pool_missing_kernel_shape():

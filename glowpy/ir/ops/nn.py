@@ -264,7 +264,7 @@ def max_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
     "AveragePool",
     infer=_pool_infer("AveragePool"),
     dtypes=FLOAT_TYPES,
-    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "ceil_mode": FROM_ONNX,
+    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "dilations": (), "ceil_mode": FROM_ONNX,
            "count_include_pad": FROM_ONNX},
 )
 def average_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
