@@ -283,7 +283,7 @@ def _pool(op_type: str, extra: dict[str, Rule]) -> None:
     attrs = {"auto_pad": AUTO_PAD, "kernel_shape": POSITIVE_INTS, "pads": NON_NEGATIVE_INTS, "strides": POSITIVE_INTS,
              "ceil_mode": BOOL_INT, **extra}
 
-    @onnx_op(op_type, attrs=attrs)
+    @onnx_op(op_type, attrs=attrs, max_outputs=2 if op_type == "MaxPool" else 1)
     def convert(ctx: NodeContext) -> list[Value]:
         x = ctx.input(0)
         if "kernel_shape" not in ctx.attrs:
@@ -295,10 +295,12 @@ def _pool(op_type: str, extra: dict[str, Rule]) -> None:
                  "dilations": dilations}
         if op_type == "AveragePool":
             attrs["count_include_pad"] = ctx.attr("count_include_pad")
+        elif len(ctx.node.output) > 1 and ctx.node.output[1]:
+            attrs.update(indices=1, storage_order=ctx.attr("storage_order"))
         return ctx.emit(op_type, [x], attrs)
 
 
-_pool("MaxPool", {"dilations": POSITIVE_INTS, "storage_order": equals(0, "row major")})
+_pool("MaxPool", {"dilations": POSITIVE_INTS, "storage_order": BOOL_INT})
 _pool("AveragePool", {"count_include_pad": BOOL_INT, "dilations": POSITIVE_INTS})
 
 

@@ -247,8 +247,9 @@ def _pool(low: Lowering, node: Node, kind: str) -> None:
     nsp = x.type.rank - 2
     dil = a.get("dilations") or (1,) * nsp
     fn = pool.emit_pool(low.kmod(), low.fname([node]), x.dtype, x.shape, out.shape, kind, a["kernel_shape"],
-                        a["strides"], a["pads"], dil, bool(a.get("count_include_pad", 0)))
-    _simple(low, node, fn, [low.val(x)], out.type.size * math.prod(a["kernel_shape"]))
+                        a["strides"], a["pads"], dil, bool(a.get("count_include_pad", 0)),
+                        index_order=a["storage_order"] if a.get("indices") else None)
+    _simple(low, node, fn, [low.val(x)], out.type.size * math.prod(a["kernel_shape"]), outs=list(node.outputs))
 
 
 def _lower_MaxPool(low: Lowering, node: Node) -> None:

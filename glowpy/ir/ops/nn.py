@@ -247,15 +247,55 @@ def _pool(x: np.ndarray, attrs: dict, pad_value, reduce, extra_value=None) -> np
     return acc
 
 
+def _max_pool_infer(attrs: dict, x: TensorType) -> TensorType | list[TensorType]:
+    y = _pool_infer("MaxPool")(attrs, x)
+    if attrs["storage_order"] not in (0, 1):
+        raise UnsupportedAttribute("storage_order must be 0 (row major) or 1 (column major)", op="MaxPool",
+                                   expected="0, 1", found=attrs["storage_order"])
+    return [y, TensorType(np.int64, y.shape)] if attrs["indices"] else y
+
+
+def _max_pool_indices(x: np.ndarray, attrs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Max and the flat input index of its first occurrence in window order (strictly greater wins)."""
+    nsp = x.ndim - 2
+    out = _pool_out(attrs, TensorType.of(x))
+    ks, st, pads, dil = attrs["kernel_shape"], attrs["strides"], attrs["pads"], attrs["dilations"]
+    sp = x.shape[2:]
+    # storage_order 1 numbers the spatial dims column major
+    if attrs["storage_order"]:
+        flat = [math.prod(sp[:d]) for d in range(nsp)]
+    else:
+        flat = [math.prod(sp[d + 1:]) for d in range(nsp)]
+    planes = np.arange(x.shape[0] * x.shape[1]).reshape(x.shape[0], x.shape[1], *([1] * nsp)) * math.prod(sp)
+    grids = np.meshgrid(*[np.arange(o) * s - p for o, s, p in zip(out, st, pads[:nsp])], indexing="ij")
+    best = np.full((*x.shape[:2], *out), -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min, dtype=x.dtype)
+    idx = np.full(best.shape, -1, dtype=np.int64)
+    for offs in product(*(range(k) for k in ks)):
+        pos = [g + o * d for g, o, d in zip(grids, offs, dil)]
+        ok = np.ones(out, dtype=bool)
+        for p, n in zip(pos, sp):
+            ok &= (p >= 0) & (p < n)
+        safe = [np.clip(p, 0, n - 1) for p, n in zip(pos, sp)]
+        v = x[(slice(None), slice(None), *safe)]
+        take = ok & ((v > best) | (idx < 0))
+        best = np.where(take, v, best)
+        idx = np.where(take, planes + sum(p * s for p, s in zip(safe, flat)), idx)
+    return best, idx
+
+
 @op(
     "MaxPool",
-    infer=_pool_infer("MaxPool"),
+    infer=_max_pool_infer,
     dtypes=NUMERIC_TYPES,
     attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED,
-           "ceil_mode": FROM_ONNX},
+           "ceil_mode": FROM_ONNX, "storage_order": 0, "indices": 0},
+    num_outputs=lambda a: 2 if a["indices"] else 1,
 )
-def max_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
-    """Max over each window; padding never wins."""
+def max_pool(attrs: dict, x: np.ndarray) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Max over each window; padding never wins. With `indices`, also the flat index into x of each
+    max (row major over the spatial dims, or column major for storage_order 1)."""
+    if attrs["indices"]:
+        return _max_pool_indices(x, attrs)
     init = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     return _pool(x, attrs, init, np.maximum)
 
