@@ -10,14 +10,14 @@ import numpy as np
 
 from glowpy.errors import InvalidModel
 from glowpy.importer.context import NodeContext
-from glowpy.importer.table import BOOL_INT, FLOAT, INT, INTS, Rule, one_of, onnx_op
+from glowpy.importer.table import BOOL_INT, FLOAT, INT, INTS, POSITIVE, Rule, one_of, onnx_op
 from glowpy.ir.graph import Value
 from glowpy.ir.ops.resize import COORDINATE_MODES
 from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES
 
 FLOATS = Rule(lambda v: isinstance(v, list) and all(isinstance(x, float) for x in v), "a list of floats")
 
-# --- Resize / Upsample ----------------------------------------------------------------------------
+# --- Resize / Upsample, GlobalLpPool ----------------------------------------------------------------------------
 
 
 def _const_floats(ctx: NodeContext, i: int) -> tuple[float, ...] | None:
@@ -109,6 +109,16 @@ def upsample(ctx: NodeContext) -> list[Value]:
                         {"mode": ctx.attr("mode"), "coordinate_transformation_mode": "asymmetric",
                          "nearest_mode": "simple"})
 
+
+
+@onnx_op("GlobalLpPool", attrs={"p": POSITIVE})
+def global_lp_pool(ctx: NodeContext) -> list[Value]:
+    x = ctx.input(0)
+    if x.type.rank < 3:
+        raise ctx.unsupported("GlobalLpPool needs N x C x spatial input", expected="rank >= 3", found=x.type.rank)
+    sp = x.shape[2:]
+    return ctx.emit("LpPool", [x], {"kernel_shape": sp, "strides": (1,) * len(sp), "pads": (0,) * (2 * len(sp)),
+                                    "dilations": (1,) * len(sp), "ceil_mode": 0, "p": ctx.attr("p")})
 
 
 # --- normalizations composed of IR ops -----------------------------------------------------------

@@ -295,6 +295,8 @@ def _pool(op_type: str, extra: dict[str, Rule]) -> None:
                  "dilations": dilations}
         if op_type == "AveragePool":
             attrs["count_include_pad"] = ctx.attr("count_include_pad")
+        elif op_type == "LpPool":
+            attrs["p"] = ctx.attr("p")
         elif len(ctx.node.output) > 1 and ctx.node.output[1]:
             attrs.update(indices=1, storage_order=ctx.attr("storage_order"))
         return ctx.emit(op_type, [x], attrs)
@@ -302,6 +304,7 @@ def _pool(op_type: str, extra: dict[str, Rule]) -> None:
 
 _pool("MaxPool", {"dilations": POSITIVE_INTS, "storage_order": BOOL_INT})
 _pool("AveragePool", {"count_include_pad": BOOL_INT, "dilations": POSITIVE_INTS})
+_pool("LpPool", {"p": POSITIVE, "dilations": POSITIVE_INTS})
 
 
 # --- normalization -------------------------------------------------------------------------------

@@ -250,6 +250,29 @@ def test_average_pool_dilations(backend, attrs):
     check(backend, "AveragePool", [randn(1, 2, 9, 8)], opset=19, attrs=attrs)
 
 
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("case", ["k3-s2", "k-rect-s-rect", "1d", "3d", "pads", "same-upper", "dil"])
+def test_lp_pool(backend, case, p):
+    xs, attrs = POOL[case] if case != "dil" else ((1, 2, 9, 8), {"kernel_shape": [2, 2], "dilations": [2, 3]})
+    # onnx.reference scales a window reaching into padding by kernel size / cells inside (it averages,
+    # then multiplies by the kernel size): onnxruntime, which sums the cells, where there is padding
+    padded = "pads" in attrs or "auto_pad" in attrs
+    check(backend, "LpPool", [randn(*xs)], opset=19 if case == "dil" else 11, attrs={**attrs, "p": p},
+          oracle="onnxruntime" if padded else "reference")
+
+
+@pytest.mark.parametrize("opset", [7, 18, 22])
+def test_lp_pool_opsets(backend, opset):
+    check(backend, "LpPool", [randn(1, 3, 6, 7)], opset=opset, attrs={"kernel_shape": [3, 2], "strides": [2, 2]})
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (1, 2, 7), (1, 2, 3, 2, 4)])
+def test_global_lp_pool(backend, shape, p):
+    # onnx.reference has no GlobalLpPool: onnxruntime
+    check(backend, "GlobalLpPool", [randn(*shape)], opset=7, attrs={"p": p} if p != 2 else {}, oracle="onnxruntime")
+
+
 def test_pool_missing_kernel_shape():
     expect_error(UnsupportedAttribute, "MaxPool", [randn(1, 2, 4, 4)], opset=12, mentions=["kernel_shape"])
 

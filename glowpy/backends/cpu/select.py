@@ -248,7 +248,7 @@ def _pool(low: Lowering, node: Node, kind: str) -> None:
     dil = a.get("dilations") or (1,) * nsp
     fn = pool.emit_pool(low.kmod(), low.fname([node]), x.dtype, x.shape, out.shape, kind, a["kernel_shape"],
                         a["strides"], a["pads"], dil, bool(a.get("count_include_pad", 0)),
-                        index_order=a["storage_order"] if a.get("indices") else None)
+                        index_order=a["storage_order"] if a.get("indices") else None, norm_p=a.get("p", 0))
     _simple(low, node, fn, [low.val(x)], out.type.size * math.prod(a["kernel_shape"]), outs=list(node.outputs))
 
 
@@ -258,6 +258,10 @@ def _lower_MaxPool(low: Lowering, node: Node) -> None:
 
 def _lower_AveragePool(low: Lowering, node: Node) -> None:
     _pool(low, node, "avg")
+
+
+def _lower_LpPool(low: Lowering, node: Node) -> None:
+    _pool(low, node, "lp")
 
 
 def _reduce(low: Lowering, node: Node, axes: tuple[int, ...], kind: str) -> None:
@@ -424,6 +428,7 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "ConvTranspose": _lower_ConvTranspose,
     "MaxPool": _lower_MaxPool,
     "AveragePool": _lower_AveragePool,
+    "LpPool": _lower_LpPool,
     "GlobalAveragePool": _lower_GlobalAveragePool,
     "GlobalMaxPool": _lower_GlobalMaxPool,
     "ReduceSum": _lower_ReduceSum,

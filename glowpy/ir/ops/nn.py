@@ -316,6 +316,20 @@ def average_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
     return (total / count).astype(x.dtype)
 
 
+@op(
+    "LpPool",
+    infer=_pool_infer("LpPool"),
+    dtypes=FLOAT_TYPES,
+    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "dilations": (), "ceil_mode": 0,
+           "p": FROM_ONNX},
+)
+def lp_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
+    """(sum over each window of |x| ** p) ** (1 / p); padding contributes nothing."""
+    p = attrs["p"]
+    total = _pool(np.abs(x.astype(np.float64)) ** p, attrs, 0.0, np.add)
+    return (total ** (1.0 / p)).astype(x.dtype)
+
+
 def _global_infer(attrs: dict, x: TensorType) -> TensorType:
     if x.rank < 3:
         raise UnsupportedShape("global pooling needs N x C x spatial input", expected="rank >= 3", found=x.rank)

@@ -37,8 +37,9 @@ def _segments(size: int, out: int, k: int, stride: int, pad: int, dil: int) -> l
 def emit_pool(module: ir.Module, name: str, dtype: np.dtype, x_shape: tuple[int, ...], out_shape: tuple[int, ...],
               kind: str, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int],
               dilations: Sequence[int], count_include_pad: bool = False,
-              index_order: int | None = None) -> ir.Function:
-    """void name(out, [i64* indices,] x, tid, nthreads); kind is "max" or "avg". With `index_order`
+              index_order: int | None = None, norm_p: int = 0) -> ir.Function:
+    """void name(out, [i64* indices,] x, tid, nthreads); kind is "max", "avg" or "lp" (the p-norm of each
+    window, padding contributing nothing; p = norm_p). With `index_order`
     (max only) the kernel also writes the flat input index of each max (first in window order wins),
     numbering the spatial dims row major (0) or column major (1)."""
     nsp = len(kernel)
@@ -70,7 +71,7 @@ def emit_pool(module: ir.Module, name: str, dtype: np.dtype, x_shape: tuple[int,
         def spatial(d: int, coords: list[ir.Value], checked: list[bool]) -> None:
             if d == nsp:
                 _window(b, xb, ob, coords, checked, dtype, acc_t, kind, kernel, strides, pads, dilations,
-                        sp_in, in_st, out_st, count_include_pad, ind)
+                        sp_in, in_st, out_st, count_include_pad, ind, norm_p)
                 return
             for s, (a, z, chk) in enumerate(segs[d]):
                 with U.for_range(b, a, z, f"o{d}.{s}") as o:
@@ -83,7 +84,7 @@ def emit_pool(module: ir.Module, name: str, dtype: np.dtype, x_shape: tuple[int,
 
 def _window(b: ir.IRBuilder, xb: ir.Value, ob: ir.Value, coords: list[ir.Value], checked: list[bool],
             dtype: np.dtype, acc_t: ir.Type, kind: str, kernel, strides, pads, dilations, sp_in, in_st, out_st,
-            count_include_pad: bool, ind: tuple | None = None) -> None:
+            count_include_pad: bool, ind: tuple | None = None, p: int = 0) -> None:
     nsp = len(kernel)
     ends = [sp_in[d] + pads[d + nsp] for d in range(nsp)]
     starts = [b.sub(b.mul(coords[d], U.i64(strides[d])), U.i64(pads[d]), name=f"start{d}") for d in range(nsp)]
@@ -127,6 +128,9 @@ def _window(b: ir.IRBuilder, xb: ir.Value, ob: ir.Value, coords: list[ir.Value],
             else:
                 if v.type != acc_t:
                     v = b.fpext(v, acc_t)
+                if kind == "lp":
+                    v = U.intrinsic(b, "llvm.fabs", v) if p == 1 else b.fmul(v, v) if p == 2 else \
+                        U.intrinsic(b, "llvm.pow", U.intrinsic(b, "llvm.fabs", v), ir.Constant(acc_t, float(p)))
                 b.store(b.fadd(acc, v), acc_slot)
                 if cnt_slot is not None:
                     inc = counted if count_include_pad else valid
@@ -148,6 +152,14 @@ def _window(b: ir.IRBuilder, xb: ir.Value, ob: ir.Value, coords: list[ir.Value],
 
     taps(0, U.i64(0), None, None, ind[1] if ind is not None else None)
     acc = b.load(acc_slot)
+    if kind == "lp":
+        if p == 2:
+            acc = U.intrinsic(b, "llvm.sqrt", acc)
+        elif p != 1:
+            acc = U.intrinsic(b, "llvm.pow", acc, ir.Constant(acc_t, 1.0 / p))
+        ct = U.compute_type(dtype)
+        if acc.type != ct:
+            acc = b.fptrunc(acc, ct)
     if kind == "avg":
         if cnt_slot is None:
             count = ir.Constant(acc_t, float(math.prod(kernel)))
