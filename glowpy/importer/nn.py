@@ -10,14 +10,25 @@ import numpy as np
 
 from glowpy.errors import InvalidModel
 from glowpy.importer.context import NodeContext
-from glowpy.importer.table import BOOL_INT, FLOAT, INT, INTS, POSITIVE, Rule, one_of, onnx_op
+from glowpy.importer.table import (
+    BOOL_INT,
+    FLOAT,
+    INT,
+    INTS,
+    NON_NEGATIVE_INTS,
+    POSITIVE,
+    POSITIVE_INTS,
+    Rule,
+    one_of,
+    onnx_op,
+)
 from glowpy.ir.graph import Value
 from glowpy.ir.ops.resize import COORDINATE_MODES
 from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES
 
 FLOATS = Rule(lambda v: isinstance(v, list) and all(isinstance(x, float) for x in v), "a list of floats")
 
-# --- Resize / Upsample, GlobalLpPool ----------------------------------------------------------------------------
+# --- Resize / Upsample, GlobalLpPool, MaxUnpool -----------------------------------------------------
 
 
 def _const_floats(ctx: NodeContext, i: int) -> tuple[float, ...] | None:
@@ -119,6 +130,24 @@ def global_lp_pool(ctx: NodeContext) -> list[Value]:
     sp = x.shape[2:]
     return ctx.emit("LpPool", [x], {"kernel_shape": sp, "strides": (1,) * len(sp), "pads": (0,) * (2 * len(sp)),
                                     "dilations": (1,) * len(sp), "ceil_mode": 0, "p": ctx.attr("p")})
+
+
+@onnx_op("MaxUnpool", attrs={"kernel_shape": POSITIVE_INTS, "pads": NON_NEGATIVE_INTS, "strides": POSITIVE_INTS},
+         const_inputs=(2,), since=9)
+def max_unpool(ctx: NodeContext) -> list[Value]:
+    x, idx = ctx.input(0), ctx.input(1)
+    n = x.type.rank - 2
+    kernel = ctx.attr("kernel_shape")
+    if kernel is None or n < 1 or len(kernel) != n:
+        raise ctx.unsupported("'kernel_shape' is required, one value per spatial dim", expected=max(n, 1),
+                              found=kernel)
+    strides, pads = tuple(ctx.attr("strides", [1] * n)), tuple(ctx.attr("pads", [0] * (2 * n)))
+    if len(strides) != n or len(pads) != 2 * n:
+        raise ctx.unsupported("strides / pads need one value (pads two) per spatial dim", expected=n,
+                              found=f"{list(strides)}, {list(pads)}")
+    out = ctx.const_ints(2) if ctx.has_input(2) else ()
+    return ctx.emit("MaxUnpool", [x, idx], {"kernel_shape": tuple(kernel), "strides": strides, "pads": pads,
+                                            "output_shape": tuple(out)})
 
 
 # --- normalizations composed of IR ops -----------------------------------------------------------

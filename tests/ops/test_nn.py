@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import glowpy
-from glowpy.errors import InvalidModel, UnsupportedAttribute, UnsupportedDatatype, UnsupportedOperator
+from glowpy.errors import InvalidModel, MismatchingShape, UnsupportedAttribute, UnsupportedDatatype, UnsupportedOperator
 
 from .util import Const, assert_same, check, expect_error, node_model, randint, randn, randpos, run_oracle
 
@@ -271,6 +271,27 @@ def test_lp_pool_opsets(backend, opset):
 def test_global_lp_pool(backend, shape, p):
     # onnx.reference has no GlobalLpPool: onnxruntime
     check(backend, "GlobalLpPool", [randn(*shape)], opset=7, attrs={"p": p} if p != 2 else {}, oracle="onnxruntime")
+
+
+@pytest.mark.parametrize("case", ["k2s2", "k3s2-pads", "1d", "output-shape"])
+def test_max_unpool(backend, case):
+    # the indices a MaxPool of the same attributes gives on an input of the unpooled shape (they number
+    # that shape, as onnx.reference and onnx's node tests read them; output_shape pads it at the end)
+    xs, attrs, out = {"k2s2": ((1, 2, 6, 6), {"kernel_shape": [2, 2], "strides": [2, 2]}, None),
+                      "k3s2-pads": ((2, 1, 7, 5), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                                    None),
+                      "1d": ((1, 3, 9), {"kernel_shape": [3], "strides": [3]}, None),
+                      "output-shape": ((1, 2, 4, 4), {"kernel_shape": [2, 2], "strides": [2, 2]}, (1, 2, 5, 6))}[case]
+    model, feeds = node_model("MaxPool", [randn(*xs)], opset=12, attrs=attrs, outputs=2)
+    y, idx = run_oracle(model, feeds)
+    ins = [y, idx] + ([Const(np.array(out, dtype=np.int64))] if out else [])
+    check(backend, "MaxUnpool", ins, opset=11, attrs=attrs)
+    check(backend, "MaxUnpool", ins, opset=9 if not out else 11, attrs=attrs)
+
+
+def test_max_unpool_bad_indices():
+    expect_error(MismatchingShape, "MaxUnpool", [randn(1, 1, 2, 2), randint(1, 1, 2, 3, low=0, high=4)], opset=11,
+                 attrs={"kernel_shape": [2, 2], "strides": [2, 2]}, mentions=["indices"])
 
 
 def test_pool_missing_kernel_shape():

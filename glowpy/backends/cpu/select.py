@@ -21,6 +21,7 @@ from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
 from glowpy.errors import GlowpyError
 from glowpy.ir.graph import Node, Value
+from glowpy.ir.ops.nn import unpool_shape
 from glowpy.ir.ops.resize import tables_for
 from glowpy.ir.types import TensorType
 
@@ -264,6 +265,14 @@ def _lower_LpPool(low: Lowering, node: Node) -> None:
     _pool(low, node, "lp")
 
 
+def _lower_MaxUnpool(low: Lowering, node: Node) -> None:
+    x, idx = node.inputs
+    out = node.outputs[0]
+    fn = pool.emit_unpool(low.kmod(), low.fname([node]), x.dtype, x.type.size, unpool_shape(node.attrs, x.shape),
+                          out.shape)
+    _simple(low, node, fn, [low.val(x), low.val(idx)], float(out.type.size + x.type.size))
+
+
 def _reduce(low: Lowering, node: Node, axes: tuple[int, ...], kind: str) -> None:
     x = node.inputs[0]
     fn = reduce.emit_reduce(low.kmod(), low.fname([node]), x.dtype, x.shape, axes, kind)
@@ -429,6 +438,7 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "MaxPool": _lower_MaxPool,
     "AveragePool": _lower_AveragePool,
     "LpPool": _lower_LpPool,
+    "MaxUnpool": _lower_MaxUnpool,
     "GlobalAveragePool": _lower_GlobalAveragePool,
     "GlobalMaxPool": _lower_GlobalMaxPool,
     "ReduceSum": _lower_ReduceSum,

@@ -330,6 +330,39 @@ def lp_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
     return (total ** (1.0 / p)).astype(x.dtype)
 
 
+def _unpool_infer(attrs: dict, x: TensorType, idx: TensorType) -> TensorType:
+    if idx.shape != x.shape or idx.dtype != np.int64:
+        raise MismatchingShape("MaxUnpool indices must be int64 of the input's shape", op="MaxUnpool",
+                               expected=f"int64 {x.shape}", found=f"{idx.dtype} {idx.shape}")
+    full = unpool_shape(attrs, x.shape)
+    out = tuple(attrs["output_shape"]) or full
+    if len(out) != x.rank or any(o < f for o, f in zip(out, full)):
+        raise UnsupportedShape("output_shape must be at least the unpooled shape", op="MaxUnpool",
+                               expected=f">= {full}", found=out)
+    return TensorType(x.dtype, out)
+
+
+def unpool_shape(attrs: dict, x_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape MaxPool's indices number: (in - 1) * stride - pads + kernel per spatial dim."""
+    n = len(attrs["kernel_shape"])
+    return tuple(x_shape[:2]) + tuple(
+        (x_shape[2 + d] - 1) * attrs["strides"][d] - attrs["pads"][d] - attrs["pads"][d + n] + attrs["kernel_shape"][d]
+        for d in range(n))
+
+
+@op("MaxUnpool", infer=_unpool_infer, inputs=(2, 2), dtypes=FLOAT_TYPES,
+    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "output_shape": ()})
+def max_unpool(attrs: dict, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Scatter x to the flat positions `idx` of the unpooled shape (zeros elsewhere; a later duplicate
+    index wins), placed at the start of each dim of `output_shape` when that is larger."""
+    full = unpool_shape(attrs, x.shape)
+    y = np.zeros(math.prod(full), dtype=x.dtype)
+    y[idx.reshape(-1)] = x.reshape(-1)
+    out = np.zeros(tuple(attrs["output_shape"]) or full, dtype=x.dtype)
+    out[tuple(slice(0, f) for f in full)] = y.reshape(full)
+    return out
+
+
 def _global_infer(attrs: dict, x: TensorType) -> TensorType:
     if x.rank < 3:
         raise UnsupportedShape("global pooling needs N x C x spatial input", expected="rank >= 3", found=x.rank)

@@ -177,3 +177,33 @@ def _window(b: ir.IRBuilder, xb: ir.Value, ob: ir.Value, coords: list[ir.Value],
     U.store(b, ob, out_off, acc, dtype)
     if idx_slot is not None:
         b.store(b.load(idx_slot), b.gep(ind[0], [out_off], inbounds=True))
+
+
+def emit_unpool(module: ir.Module, name: str, dtype: np.dtype, x_size: int, full_shape: tuple[int, ...],
+                out_shape: tuple[int, ...]) -> ir.Function:
+    """void name(out, x, i64* indices, tid, nthreads): MaxUnpool. One thread zeroes `out` and scatters
+    x[k] to flat position indices[k] of `full_shape` (placed at the start of `out_shape`), in order, so a
+    later duplicate wins; an index outside the shape is skipped."""
+    params = [("out", U.ptr_type(dtype)), ("x", U.ptr_type(dtype)), ("indices", U.I64.as_pointer()),
+              ("tid", U.I32), ("nthreads", U.I32)]
+    fn, b = U.new_function(module, name, params)
+    out, x, idx, tid, _ = fn.args
+    with U.if_then(b, b.icmp_signed("==", tid, U.i32(0)), "first"):
+        zero = U.const(dtype, 0)
+        with U.for_range(b, 0, math.prod(out_shape), "z") as z:
+            U.store(b, out, z, zero, dtype)
+        full = math.prod(full_shape)
+        f_st, o_st = U.contiguous_strides(full_shape), U.contiguous_strides(out_shape)
+        with U.for_range(b, 0, x_size, "k") as k:
+            i = b.load(b.gep(idx, [k], inbounds=True), name="i")
+            inside = b.and_(b.icmp_signed(">=", i, U.i64(0)), b.icmp_signed("<", i, U.i64(full)))
+            with U.if_then(b, inside, "scatter"):
+                o = i
+                if tuple(full_shape) != tuple(out_shape):
+                    o, rest = U.i64(0), i
+                    for fs, os_ in zip(f_st, o_st):
+                        o = b.add(o, b.mul(b.sdiv(rest, U.i64(fs)), U.i64(os_)))
+                        rest = b.srem(rest, U.i64(fs))
+                U.store(b, out, o, U.load(b, x, k, dtype), dtype)
+    b.ret_void()
+    return fn
