@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 import glowpy
-from glowpy.errors import InvalidModel, MismatchingShape, UnsupportedAttribute, UnsupportedDatatype, UnsupportedOperator
+from glowpy.errors import (
+    InvalidModel,
+    MismatchingShape,
+    UnsupportedAttribute,
+    UnsupportedDatatype,
+    UnsupportedOperator,
+)
 
 from .util import Const, assert_same, check, expect_error, node_model, randint, randn, randpos, run_oracle
 
