@@ -1,4 +1,4 @@
-"""ONNX → IR converters for resizing and the normalizations that are compositions of IR ops.
+"""ONNX → IR converters for resizing, the normalizations that are compositions of IR ops, and reductions.
 
 Resize / Upsample resolve scales or sizes, axes, keep_aspect_ratio_policy and roi into the IR
 Resize's full-rank static attributes (glowpy/ir/ops/resize.py); opset differences live here.
@@ -10,13 +10,25 @@ import numpy as np
 
 from glowpy.errors import InvalidModel
 from glowpy.importer.context import NodeContext
-from glowpy.importer.table import BOOL_INT, FLOAT, INT, INTS, Rule, one_of, onnx_op
+from glowpy.importer.table import (
+    BOOL_INT,
+    FLOAT,
+    INT,
+    INTS,
+    NON_NEGATIVE_INTS,
+    POSITIVE,
+    POSITIVE_INTS,
+    Rule,
+    one_of,
+    onnx_op,
+)
 from glowpy.ir.graph import Value
 from glowpy.ir.ops.resize import COORDINATE_MODES
+from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES
 
 FLOATS = Rule(lambda v: isinstance(v, list) and all(isinstance(x, float) for x in v), "a list of floats")
 
-# --- Resize / Upsample ----------------------------------------------------------------------------
+# --- Resize / Upsample, GlobalLpPool, MaxUnpool -----------------------------------------------------
 
 
 def _const_floats(ctx: NodeContext, i: int) -> tuple[float, ...] | None:
@@ -110,6 +122,34 @@ def upsample(ctx: NodeContext) -> list[Value]:
 
 
 
+@onnx_op("GlobalLpPool", attrs={"p": POSITIVE})
+def global_lp_pool(ctx: NodeContext) -> list[Value]:
+    x = ctx.input(0)
+    if x.type.rank < 3:
+        raise ctx.unsupported("GlobalLpPool needs N x C x spatial input", expected="rank >= 3", found=x.type.rank)
+    sp = x.shape[2:]
+    return ctx.emit("LpPool", [x], {"kernel_shape": sp, "strides": (1,) * len(sp), "pads": (0,) * (2 * len(sp)),
+                                    "dilations": (1,) * len(sp), "ceil_mode": 0, "p": ctx.attr("p")})
+
+
+@onnx_op("MaxUnpool", attrs={"kernel_shape": POSITIVE_INTS, "pads": NON_NEGATIVE_INTS, "strides": POSITIVE_INTS},
+         const_inputs=(2,), since=9)
+def max_unpool(ctx: NodeContext) -> list[Value]:
+    x, idx = ctx.input(0), ctx.input(1)
+    n = x.type.rank - 2
+    kernel = ctx.attr("kernel_shape")
+    if kernel is None or n < 1 or len(kernel) != n:
+        raise ctx.unsupported("'kernel_shape' is required, one value per spatial dim", expected=max(n, 1),
+                              found=kernel)
+    strides, pads = tuple(ctx.attr("strides", [1] * n)), tuple(ctx.attr("pads", [0] * (2 * n)))
+    if len(strides) != n or len(pads) != 2 * n:
+        raise ctx.unsupported("strides / pads need one value (pads two) per spatial dim", expected=n,
+                              found=f"{list(strides)}, {list(pads)}")
+    out = ctx.const_ints(2) if ctx.has_input(2) else ()
+    return ctx.emit("MaxUnpool", [x, idx], {"kernel_shape": tuple(kernel), "strides": strides, "pads": pads,
+                                            "output_shape": tuple(out)})
+
+
 # --- normalizations composed of IR ops -----------------------------------------------------------
 
 
@@ -187,3 +227,57 @@ def lp_norm(ctx: NodeContext) -> list[Value]:
     zero = ctx.constant(np.zeros((), dtype=x.dtype), "zero")
     # A zero norm gives 0, not 0 / 0 (onnx.reference, onnxruntime).
     return ctx.emit("Where", [ctx.emit1("Equal", [norm, zero]), zero, ctx.emit1("Div", [x, norm])])
+
+
+# --- reductions ----------------------------------------------------------------------------------
+
+# The opset from which axes are input 1 instead of an attribute.
+_AXES_INPUT_SINCE = {"ReduceSum": 13}
+
+
+def _reduction(op_type: str, dtypes: frozenset, build) -> None:
+    """A Reduce* row: `build(ctx, x, reduce)` emits the op, where reduce(v, ir_op, keep) reduces v over
+    the node's axes (keepdims = keep, else the node's) or, for noop_with_empty_axes, returns v."""
+
+    @onnx_op(op_type, attrs={"axes": INTS, "keepdims": BOOL_INT, "noop_with_empty_axes": BOOL_INT},
+             const_inputs=(1,), dtypes=dtypes)
+    def convert(ctx: NodeContext) -> list[Value]:
+        x = ctx.input(0)
+        r = x.type.rank
+        if ctx.opset >= _AXES_INPUT_SINCE.get(op_type, 18):
+            axes = ctx.const_ints(1)
+        else:
+            axes = tuple(ctx.attr("axes")) if ctx.attr("axes") is not None else None
+        noop = not axes and ctx.attr("noop_with_empty_axes")
+        axes = tuple(sorted({ctx.axis(a, r) for a in axes})) if axes else tuple(range(r))
+        keepdims = ctx.attr("keepdims")
+
+        def reduce(v: Value, ir_op: str, keep: int | None = None) -> Value:
+            if noop:
+                return v
+            return ctx.emit1(ir_op, [v], {"axes": axes, "keepdims": keepdims if keep is None else keep})
+
+        y = build(ctx, x, reduce, None if noop or keepdims else tuple(d for i, d in enumerate(x.shape) if i not in axes))
+        return [ctx.emit1("Identity", [x]) if y is x else y]
+
+
+def _square(ctx: NodeContext, x: Value) -> Value:
+    return ctx.emit1("Mul", [x, x])
+
+
+def _log_sum_exp(ctx: NodeContext, x: Value, reduce, dropped: tuple[int, ...] | None) -> Value:
+    # max + log(sum(exp(x - max))): no overflow for large x
+    m = reduce(x, "ReduceMax", 1)
+    y = ctx.emit1("Add", [ctx.emit1("Log", [reduce(ctx.emit1("Exp", [ctx.emit1("Sub", [x, m])]), "ReduceSum", 1)]),
+                          m])
+    return y if dropped is None else ctx.emit1("Reshape", [y], {"shape": dropped})
+
+
+for _op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"):
+    _reduction(_op, NUMERIC_TYPES, lambda ctx, x, reduce, _, ir_op=_op: reduce(x, ir_op))
+_reduction("ReduceL1", NUMERIC_TYPES, lambda ctx, x, reduce, _: reduce(ctx.emit1("Abs", [x]), "ReduceSum"))
+_reduction("ReduceSumSquare", NUMERIC_TYPES, lambda ctx, x, reduce, _: reduce(_square(ctx, x), "ReduceSum"))
+_reduction("ReduceL2", FLOAT_TYPES,
+           lambda ctx, x, reduce, _: ctx.emit1("Sqrt", [reduce(_square(ctx, x), "ReduceSum")]))
+_reduction("ReduceLogSum", FLOAT_TYPES, lambda ctx, x, reduce, _: ctx.emit1("Log", [reduce(x, "ReduceSum")]))
+_reduction("ReduceLogSumExp", FLOAT_TYPES, _log_sum_exp)

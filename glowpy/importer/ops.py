@@ -289,7 +289,7 @@ def _pool(op_type: str, extra: dict[str, Rule]) -> None:
     attrs = {"auto_pad": AUTO_PAD, "kernel_shape": POSITIVE_INTS, "pads": NON_NEGATIVE_INTS, "strides": POSITIVE_INTS,
              "ceil_mode": BOOL_INT, **extra}
 
-    @onnx_op(op_type, attrs=attrs)
+    @onnx_op(op_type, attrs=attrs, max_outputs=2 if op_type == "MaxPool" else 1)
     def convert(ctx: NodeContext) -> list[Value]:
         x = ctx.input(0)
         if "kernel_shape" not in ctx.attrs:
@@ -297,19 +297,20 @@ def _pool(op_type: str, extra: dict[str, Rule]) -> None:
         kernel = tuple(ctx.attr("kernel_shape"))
         strides, dilations = _spatial_attrs(ctx, x, kernel)
         pads = spatial_pads(ctx, x.shape[2:], kernel, strides, dilations)
-        attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ctx.attr("ceil_mode")}
-        if op_type == "MaxPool":
-            attrs["dilations"] = dilations
-        else:
-            if any(d != 1 for d in dilations):
-                raise ctx.unsupported("dilated AveragePool is not supported", expected="dilations of 1",
-                                      found=list(dilations))
+        attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ctx.attr("ceil_mode"),
+                 "dilations": dilations}
+        if op_type == "AveragePool":
             attrs["count_include_pad"] = ctx.attr("count_include_pad")
+        elif op_type == "LpPool":
+            attrs["p"] = ctx.attr("p")
+        elif len(ctx.node.output) > 1 and ctx.node.output[1]:
+            attrs.update(indices=1, storage_order=ctx.attr("storage_order"))
         return ctx.emit(op_type, [x], attrs)
 
 
-_pool("MaxPool", {"dilations": POSITIVE_INTS, "storage_order": equals(0, "row major")})
+_pool("MaxPool", {"dilations": POSITIVE_INTS, "storage_order": BOOL_INT})
 _pool("AveragePool", {"count_include_pad": BOOL_INT, "dilations": POSITIVE_INTS})
+_pool("LpPool", {"p": POSITIVE, "dilations": POSITIVE_INTS})
 
 
 # --- normalization -------------------------------------------------------------------------------
@@ -586,26 +587,7 @@ def pad(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Pad", [x], {"pads": tuple(pads), "mode": ctx.attr("mode"), "value": float(value)})
 
 
-# --- reductions ----------------------------------------------------------------------------------
-
-
-def _reduce(op_type: str, axes_input_since: int) -> None:
-    @onnx_op(op_type, attrs={"axes": INTS, "keepdims": BOOL_INT, "noop_with_empty_axes": BOOL_INT},
-             const_inputs=(1,))
-    def convert(ctx: NodeContext) -> list[Value]:
-        x = ctx.input(0)
-        axes = _axes_operand(ctx, axes_input_since)
-        if not axes:
-            if ctx.attr("noop_with_empty_axes"):
-                return ctx.emit("Identity", [x])
-            axes = tuple(range(x.type.rank))
-        axes = tuple(sorted({ctx.axis(a, x.type.rank) for a in axes}))
-        return ctx.emit(op_type, [x], {"axes": axes, "keepdims": ctx.attr("keepdims")})
-
-
-_reduce("ReduceSum", 13)
-_reduce("ReduceMean", 18)
-_reduce("ReduceMax", 18)
+# --- reductions: importer/nn.py -------------------------------------------------------------------
 
 
 @onnx_op("ArgMax", attrs={"axis": INT, "keepdims": BOOL_INT, "select_last_index": BOOL_INT})

@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 import glowpy
-from glowpy.errors import InvalidModel, UnsupportedAttribute, UnsupportedDatatype, UnsupportedOperator
+from glowpy.errors import (
+    InvalidModel,
+    MismatchingShape,
+    UnsupportedAttribute,
+    UnsupportedDatatype,
+    UnsupportedOperator,
+)
 
 from .util import Const, assert_same, check, expect_error, node_model, randint, randn, randpos, run_oracle
 
@@ -223,19 +229,75 @@ def test_pool_opsets(backend, op, opset):
                                                                  "strides": [2, 2]})
 
 
-def test_max_pool_storage_order_unsupported():
-    expect_error(UnsupportedAttribute, "MaxPool", [randn(1, 2, 4, 4)], opset=12,
-                 attrs={"kernel_shape": [2, 2], "storage_order": 1}, mentions=["storage_order"])
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("case", ["k2", "k3-s2", "pads", "ceil-pads", "1d", "3d", "dil"])
+def test_max_pool_indices(backend, case, storage_order):
+    xs, attrs = POOL[case] if case != "dil" else ((1, 2, 9, 8), {"kernel_shape": [3, 2], "dilations": [2, 3],
+                                                                  "pads": [1, 1, 2, 0]})
+    x = randint(*xs, low=-3, high=4).astype(np.float32)  # ties: the first in window order wins
+    # onnx.reference's indices are wrong at stride 1 (they point outside the window): onnxruntime there
+    stride1 = "strides" not in attrs
+    check(backend, "MaxPool", [x], opset=12, attrs={**attrs, "storage_order": storage_order}, outputs=2,
+          oracle="onnxruntime" if stride1 else "reference")
 
 
-def test_max_pool_indices_output_unsupported():
-    expect_error(UnsupportedOperator, "MaxPool", [randn(1, 2, 4, 4)], opset=12, attrs={"kernel_shape": [2, 2]},
-                 outputs=2, mentions=["output"])
+def test_max_pool_indices_only_output(backend):
+    check(backend, "MaxPool", [randn(2, 3, 5, 6)], opset=8, attrs={"kernel_shape": [2, 3], "strides": [1, 2]},
+          outputs=["", "idx"])
 
 
-def test_average_pool_dilations_unsupported():
-    expect_error(UnsupportedAttribute, "AveragePool", [randn(1, 2, 6, 6)], opset=19,
-                 attrs={"kernel_shape": [2, 2], "dilations": [2, 2]}, mentions=["dilat"])
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [2, 2], "dilations": [2, 2]},
+    {"kernel_shape": [3, 2], "dilations": [2, 3], "strides": [2, 1], "pads": [1, 1, 2, 0], "count_include_pad": 1},
+    {"kernel_shape": [3, 2], "dilations": [2, 3], "strides": [2, 1], "pads": [1, 1, 2, 0]},
+    {"kernel_shape": [2, 2], "dilations": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+], ids=["dil2", "dil-pads-count", "dil-pads", "dil-ceil"])
+def test_average_pool_dilations(backend, attrs):
+    check(backend, "AveragePool", [randn(1, 2, 9, 8)], opset=19, attrs=attrs)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("case", ["k3-s2", "k-rect-s-rect", "1d", "3d", "pads", "same-upper", "dil"])
+def test_lp_pool(backend, case, p):
+    xs, attrs = POOL[case] if case != "dil" else ((1, 2, 9, 8), {"kernel_shape": [2, 2], "dilations": [2, 3]})
+    # onnx.reference scales a window reaching into padding by kernel size / cells inside (it averages,
+    # then multiplies by the kernel size): onnxruntime, which sums the cells, where there is padding
+    padded = "pads" in attrs or "auto_pad" in attrs
+    check(backend, "LpPool", [randn(*xs)], opset=19 if case == "dil" else 11, attrs={**attrs, "p": p},
+          oracle="onnxruntime" if padded else "reference")
+
+
+@pytest.mark.parametrize("opset", [7, 18, 22])
+def test_lp_pool_opsets(backend, opset):
+    check(backend, "LpPool", [randn(1, 3, 6, 7)], opset=opset, attrs={"kernel_shape": [3, 2], "strides": [2, 2]})
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (1, 2, 7), (1, 2, 3, 2, 4)])
+def test_global_lp_pool(backend, shape, p):
+    # onnx.reference has no GlobalLpPool: onnxruntime
+    check(backend, "GlobalLpPool", [randn(*shape)], opset=7, attrs={"p": p} if p != 2 else {}, oracle="onnxruntime")
+
+
+@pytest.mark.parametrize("case", ["k2s2", "k3s2-pads", "1d", "output-shape"])
+def test_max_unpool(backend, case):
+    # the indices a MaxPool of the same attributes gives on an input of the unpooled shape (they number
+    # that shape, as onnx.reference and onnx's node tests read them; output_shape pads it at the end)
+    xs, attrs, out = {"k2s2": ((1, 2, 6, 6), {"kernel_shape": [2, 2], "strides": [2, 2]}, None),
+                      "k3s2-pads": ((2, 1, 7, 5), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                                    None),
+                      "1d": ((1, 3, 9), {"kernel_shape": [3], "strides": [3]}, None),
+                      "output-shape": ((1, 2, 4, 4), {"kernel_shape": [2, 2], "strides": [2, 2]}, (1, 2, 5, 6))}[case]
+    model, feeds = node_model("MaxPool", [randn(*xs)], opset=12, attrs=attrs, outputs=2)
+    y, idx = run_oracle(model, feeds)
+    ins = [y, idx] + ([Const(np.array(out, dtype=np.int64))] if out else [])
+    check(backend, "MaxUnpool", ins, opset=11, attrs=attrs)
+    check(backend, "MaxUnpool", ins, opset=9 if not out else 11, attrs=attrs)
+
+
+def test_max_unpool_bad_indices():
+    expect_error(MismatchingShape, "MaxUnpool", [randn(1, 1, 2, 2), randint(1, 1, 2, 3, low=0, high=4)], opset=11,
+                 attrs={"kernel_shape": [2, 2], "strides": [2, 2]}, mentions=["indices"])
 
 
 def test_pool_missing_kernel_shape():

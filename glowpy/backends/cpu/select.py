@@ -21,6 +21,7 @@ from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
 from glowpy.errors import GlowpyError, UnsupportedDatatype
 from glowpy.ir.graph import Node, Value
+from glowpy.ir.ops.nn import unpool_shape
 from glowpy.ir.ops.resize import tables_for
 from glowpy.ir.ops.rnn import CELLS, activations_of
 from glowpy.ir.types import TensorType
@@ -248,8 +249,9 @@ def _pool(low: Lowering, node: Node, kind: str) -> None:
     nsp = x.type.rank - 2
     dil = a.get("dilations") or (1,) * nsp
     fn = pool.emit_pool(low.kmod(), low.fname([node]), x.dtype, x.shape, out.shape, kind, a["kernel_shape"],
-                        a["strides"], a["pads"], dil, bool(a.get("count_include_pad", 0)))
-    _simple(low, node, fn, [low.val(x)], out.type.size * math.prod(a["kernel_shape"]))
+                        a["strides"], a["pads"], dil, bool(a.get("count_include_pad", 0)),
+                        index_order=a["storage_order"] if a.get("indices") else None, norm_p=a.get("p", 0))
+    _simple(low, node, fn, [low.val(x)], out.type.size * math.prod(a["kernel_shape"]), outs=list(node.outputs))
 
 
 def _lower_MaxPool(low: Lowering, node: Node) -> None:
@@ -258,6 +260,18 @@ def _lower_MaxPool(low: Lowering, node: Node) -> None:
 
 def _lower_AveragePool(low: Lowering, node: Node) -> None:
     _pool(low, node, "avg")
+
+
+def _lower_LpPool(low: Lowering, node: Node) -> None:
+    _pool(low, node, "lp")
+
+
+def _lower_MaxUnpool(low: Lowering, node: Node) -> None:
+    x, idx = node.inputs
+    out = node.outputs[0]
+    fn = pool.emit_unpool(low.kmod(), low.fname([node]), x.dtype, x.type.size, unpool_shape(node.attrs, x.shape),
+                          out.shape)
+    _simple(low, node, fn, [low.val(x), low.val(idx)], float(out.type.size + x.type.size))
 
 
 def _reduce(low: Lowering, node: Node, axes: tuple[int, ...], kind: str) -> None:
@@ -284,6 +298,14 @@ def _lower_ReduceMean(low: Lowering, node: Node) -> None:
 
 def _lower_ReduceMax(low: Lowering, node: Node) -> None:
     _reduce(low, node, tuple(node.attrs["axes"]), "max")
+
+
+def _lower_ReduceMin(low: Lowering, node: Node) -> None:
+    _reduce(low, node, tuple(node.attrs["axes"]), "min")
+
+
+def _lower_ReduceProd(low: Lowering, node: Node) -> None:
+    _reduce(low, node, tuple(node.attrs["axes"]), "prod")
 
 
 def _lower_ArgMax(low: Lowering, node: Node) -> None:
@@ -493,11 +515,15 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "ConvTranspose": _lower_ConvTranspose,
     "MaxPool": _lower_MaxPool,
     "AveragePool": _lower_AveragePool,
+    "LpPool": _lower_LpPool,
+    "MaxUnpool": _lower_MaxUnpool,
     "GlobalAveragePool": _lower_GlobalAveragePool,
     "GlobalMaxPool": _lower_GlobalMaxPool,
     "ReduceSum": _lower_ReduceSum,
     "ReduceMean": _lower_ReduceMean,
     "ReduceMax": _lower_ReduceMax,
+    "ReduceMin": _lower_ReduceMin,
+    "ReduceProd": _lower_ReduceProd,
     "ArgMax": _lower_ArgMax,
     "Softmax": _lower_Softmax,
     "LogSoftmax": _lower_LogSoftmax,

@@ -1,4 +1,4 @@
-"""Data-movement ops (reshape, transpose, concat, split, slice, gather, expand, pad) and reductions.
+"""Data-movement ops (reshape, transpose, concat, split, slice, gather, expand, pad) and ArgMax (reductions: reduce.py).
 
 All shape-like operands are attributes here: the importer resolves ONNX's shape/axes/pads inputs to
 constants and normalizes negative axes, so every IR shape is static.
@@ -151,34 +151,6 @@ def pad(attrs: dict, x: np.ndarray) -> np.ndarray:
     if attrs["mode"] == "constant":
         return np.pad(x, widths, mode="constant", constant_values=np.array(attrs["value"]).astype(x.dtype))
     return np.pad(x, widths, mode=attrs["mode"])
-
-
-# --- Reductions ------------------------------------------------------------------------------
-
-
-def _reduce_infer(name: str):
-    def infer(attrs: dict, x: TensorType) -> TensorType:
-        axes = {_axis(name, a, x.rank) for a in attrs["axes"]} if attrs["axes"] else set(range(x.rank))
-        if attrs["keepdims"]:
-            shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-        else:
-            shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
-        return TensorType(x.dtype, shape)
-
-    return infer
-
-
-def _reduce(name: str, fn) -> None:
-    def compute(attrs: dict, x: np.ndarray) -> np.ndarray:
-        axes = tuple(attrs["axes"]) if attrs["axes"] else None
-        return np.asarray(fn(x, axis=axes, keepdims=bool(attrs["keepdims"]))).astype(x.dtype)
-
-    op(name, infer=_reduce_infer(name), dtypes=NUMERIC_TYPES, attrs={"axes": (), "keepdims": FROM_ONNX})(compute)
-
-
-_reduce("ReduceSum", np.sum)
-_reduce("ReduceMean", np.mean)
-_reduce("ReduceMax", np.max)
 
 
 def _argmax_infer(attrs: dict, x: TensorType) -> TensorType:
