@@ -25,7 +25,7 @@ import onnx
 from glowpy import optimizer
 from glowpy.backends import DEFAULT_BACKEND, Backend, find_backend, get_backend
 from glowpy.compiled import CompiledModel, ImportSummary, SpecializingModel
-from glowpy.errors import GlowpyError, InternalError, UnsupportedAttribute
+from glowpy.errors import GlowpyError, InternalError, Status, UnsupportedAttribute
 from glowpy.importer import ModelLike, ShapeMap, import_model
 from glowpy.importer import compat as _compat
 from glowpy.importer import partition as _partition
@@ -146,7 +146,10 @@ def _specializing(proto: onnx.ModelProto, base_dir: str | None, be: Backend, sha
 
 def _refusal(report: _compat.CompatReport) -> GlowpyError:
     """The check's refusal as the error class of its status."""
-    classes = {c.status: c for c in GlowpyError.__subclasses__()}
+    classes: dict[Status, type[GlowpyError]] = {}
+    for c in GlowpyError.__subclasses__():
+        if c.__module__ == GlowpyError.__module__:  # (not another layer's own subclasses)
+            classes.setdefault(c.status, c)
     return classes.get(report.status, InternalError)(report.reason)
 
 

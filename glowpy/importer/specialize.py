@@ -51,7 +51,7 @@ def unbound_inputs(proto: ModelProto, shapes: ShapeMap | None = None) -> list[st
             dims = bind_dims(info.name, dims, shapes or {})
         except Exception:  # noqa: BLE001  (a bad declaration: the import reports it)
             continue
-        if dims is None or not all(isinstance(d, int) and d > 0 for d in dims):
+        if dims is None or not all(isinstance(d, int) for d in dims):  # (a zero extent is a static dim)
             out.append(info.name)
     return out
 
