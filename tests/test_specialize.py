@@ -146,6 +146,8 @@ def test_shape_operands_specialize_per_value(backend):
     assert "shape" not in compiled.specializations[0].input_names  # a weight of each specialization
     with pytest.raises(MismatchingDatatype, match="input 'shape' has the wrong element type"):
         compiled.run({"x": x, "shape": np.array([3, 4], np.int32)})
+    with pytest.raises(MismatchingShape, match=r"input 'shape' has the wrong shape \(expected \[2\], found \[3\]\)"):
+        compiled.run({"x": x, "shape": np.array([3, 4, 1], np.int64)})
 
 
 def test_an_operand_through_a_function_body_specializes():
