@@ -120,6 +120,8 @@ def test_explicit_shapes_compile_now_and_bound_dims_are_checked():
         dynamic.run({**feeds, "x": feeds["mask"]})
     with pytest.raises(UnidentifiedName, match=r"no value given for input\(s\) \['mask'\]"):
         dynamic.run({"ids": feeds["ids"]})
+    with pytest.raises(UnsupportedShape, match="input 'ids' has a zero dim"):
+        dynamic.run({"ids": np.zeros((1, 0), np.int64), "mask": np.zeros((1, 0), np.float32)})
     with pytest.raises(UnsupportedShape, match="graph input 'ids' has symbolic dim 'seq'"):
         dynamic.graph  # noqa: B018  (nothing is compiled before the first run)
 
