@@ -26,7 +26,7 @@ import onnx
 from glowpy import optimizer
 from glowpy.backends import DEFAULT_BACKEND, Backend, find_backend, get_backend
 from glowpy.compiled import CompiledModel, ImportSummary, SpecializingModel
-from glowpy.errors import GlowpyError, InternalError, UnsupportedAttribute
+from glowpy.errors import GlowpyError, InternalError, Status, UnsupportedAttribute, UnsupportedShape
 from glowpy.importer import ModelLike, ShapeMap, import_model
 from glowpy.importer import compat as _compat
 from glowpy.importer import partition as _partition
@@ -142,11 +142,13 @@ def _specializing(proto: onnx.ModelProto, base_dir: str | None, be: Backend, sha
     operands = _specialize.shape_operands(proto)
 
     def compile_for(feeds: Mapping[str, np.ndarray]) -> CompiledModel:
-        # A zero-size feed is known from its shape alone (glowpy has no zero-size run-time buffers).
-        weights = operands + [n for n, a in feeds.items() if a.size == 0 and n not in operands]
-        bound = _specialize.specialize(proto, feeds, weights)
+        empty = [n for n, a in feeds.items() if a.size == 0 and n not in operands]
+        if empty:
+            raise UnsupportedShape(f"input '{empty[0]}' has a zero dim: glowpy has no zero-size run-time buffers",
+                                   expected="non-zero dims", found=list(feeds[empty[0]].shape))
+        bound = _specialize.specialize(proto, feeds, operands)
         start = time.perf_counter()
-        graph = import_model(bound, _specialize.feed_shapes(feeds, weights, shapes), base_dir=base_dir, owned=True)
+        graph = import_model(bound, _specialize.feed_shapes(feeds, operands, shapes), base_dir=base_dir, owned=True)
         return _compile_graph(graph, be, True, start, optimize, dict(options))
 
     return SpecializingModel([i.name for i in _specialize.graph_inputs(proto)],
@@ -157,7 +159,10 @@ def _specializing(proto: onnx.ModelProto, base_dir: str | None, be: Backend, sha
 
 def _refusal(report: _compat.CompatReport) -> GlowpyError:
     """The check's refusal as the error class of its status."""
-    classes = {c.status: c for c in GlowpyError.__subclasses__()}
+    classes: dict[Status, type[GlowpyError]] = {}
+    for c in GlowpyError.__subclasses__():
+        if c.__module__ == GlowpyError.__module__:  # (not another layer's own subclasses)
+            classes.setdefault(c.status, c)
     return classes.get(report.status, InternalError)(report.reason)
 
 

@@ -120,6 +120,8 @@ def test_explicit_shapes_compile_now_and_bound_dims_are_checked():
         dynamic.run({**feeds, "x": feeds["mask"]})
     with pytest.raises(UnidentifiedName, match=r"no value given for input\(s\) \['mask'\]"):
         dynamic.run({"ids": feeds["ids"]})
+    with pytest.raises(UnsupportedShape, match="input 'ids' has a zero dim"):
+        dynamic.run({"ids": np.zeros((1, 0), np.int64), "mask": np.zeros((1, 0), np.float32)})
     with pytest.raises(UnsupportedShape, match="graph input 'ids' has symbolic dim 'seq'"):
         dynamic.graph  # noqa: B018  (nothing is compiled before the first run)
 
@@ -146,6 +148,8 @@ def test_shape_operands_specialize_per_value(backend):
     assert "shape" not in compiled.specializations[0].input_names  # a weight of each specialization
     with pytest.raises(MismatchingDatatype, match="input 'shape' has the wrong element type"):
         compiled.run({"x": x, "shape": np.array([3, 4], np.int32)})
+    with pytest.raises(MismatchingShape, match=r"input 'shape' has the wrong shape \(expected \[2\], found \[3\]\)"):
+        compiled.run({"x": x, "shape": np.array([3, 4, 1], np.int64)})
 
 
 def test_an_operand_through_a_function_body_specializes():

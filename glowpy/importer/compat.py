@@ -44,7 +44,7 @@ from glowpy.errors import (
 )
 from glowpy.importer.context import NodeContext
 from glowpy.importer.onnx_import import ModelLike, read_model
-from glowpy.importer.specialize import shape_operands
+from glowpy.importer.specialize import TYPE_ONLY_OPS, shape_operands
 from glowpy.importer.table import OnnxOp, normalize_domain
 from glowpy.importer.walk import (
     Body,
@@ -480,7 +480,8 @@ class Checker(Host):
         so the nodes after it are still checked."""
         schema: dict[str, Slot] | None = None
         ins = [self.slots.get(x) for x in node.input if x]
-        runtime = any(x is None or (x.value is None and not x.weight) or id(x.value) in self._runtime for x in ins)
+        runtime = node.op_type not in TYPE_ONLY_OPS and any(
+            x is None or (x.value is None and not x.weight) or id(x.value) in self._runtime for x in ins)
         for out in node.output:
             if out and out not in self.slots:
                 slot = self._declared_slot(out)

@@ -22,10 +22,10 @@ import numpy as np
 import onnx
 from onnx import ModelProto, helper, numpy_helper
 
-from glowpy.errors import GlowpyError, MismatchingDatatype, UnsupportedShape
+from glowpy.errors import GlowpyError, MismatchingDatatype, MismatchingShape, UnsupportedShape
 from glowpy.importer.functions import MAX_DEPTH, find_function, instantiate, needs_types
 from glowpy.importer.table import TABLE, normalize_domain
-from glowpy.importer.walk import ShapeMap, bind_dims, declared_type, model_opsets
+from glowpy.importer.walk import ShapeMap, bind_dims, declared_type, fmt_dims, model_opsets
 
 # Elements: a graph input that decides shapes is a shape, axes, bounds or a count (rank <= 1 and at
 # most this many elements); a bigger one (data feeding a shape) is a run-time value and its node is refused.
@@ -51,7 +51,7 @@ def unbound_inputs(proto: ModelProto, shapes: ShapeMap | None = None) -> list[st
             dims = bind_dims(info.name, dims, shapes or {})
         except Exception:  # noqa: BLE001  (a bad declaration: the import reports it)
             continue
-        if dims is None or not all(isinstance(d, int) and d > 0 for d in dims):
+        if dims is None or not all(isinstance(d, int) for d in dims):  # (a zero extent is a static dim)
             out.append(info.name)
     return out
 
@@ -162,12 +162,15 @@ def key(feeds: Mapping[str, np.ndarray], operands: Sequence[str]) -> tuple[Any, 
 
 
 def check_operand(info: onnx.ValueInfoProto, array: np.ndarray) -> None:
-    """A fed operand becomes a weight: its element type must be the declared one (its shape is checked by
-    the import against the declaration, as a weight's is)."""
-    dtype, _ = declared_type(info)
+    """A fed operand becomes a weight: its element type and shape must be the declared ones."""
+    dtype, dims = declared_type(info)
     if dtype is not None and array.dtype != dtype:
         raise MismatchingDatatype(f"input '{info.name}' has the wrong element type", expected=str(dtype),
                                   found=str(array.dtype))
+    if dims is not None and (len(dims) != array.ndim or any(isinstance(d, int) and d > 0 and d != n
+                                                            for d, n in zip(dims, array.shape))):
+        raise MismatchingShape(f"input '{info.name}' has the wrong shape", expected=fmt_dims(dims),
+                               found=list(array.shape))
 
 
 def specialize(proto: ModelProto, feeds: Mapping[str, np.ndarray], operands: Sequence[str]) -> ModelProto:
