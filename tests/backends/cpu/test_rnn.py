@@ -12,7 +12,6 @@ import pytest
 from glowpy.backends.cpu import CpuBackend
 from glowpy.backends.cpu.target import isa_available
 from glowpy.backends.interpreter import InterpreterBackend
-from glowpy.errors import UnsupportedDatatype
 from glowpy.ir.graph import Graph
 from glowpy.ir.types import TensorType
 
@@ -161,7 +160,14 @@ def test_long_sequence_matches() -> None:
     check(g, feeds, "avx2")
 
 
-def test_float64_is_refused_with_reason() -> None:
-    g, feeds = recurrent_graph("GRU", steps=2, batch=1, size=2, hidden=3, dtype=np.float64)
-    with pytest.raises(UnsupportedDatatype, match="float32 only"):
-        CpuBackend().compile(g, threads=1, cache=False)
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_float16_float64_compute_in_float32(dtype) -> None:
+    """Operands converted to float32 around the kernel, outputs back; runtime and constant weights."""
+    g, feeds = Graph("rnns"), []
+    add_recurrent(g, feeds, "LSTM", steps=3, batch=2, size=4, hidden=9, direction="bidirectional", dtype=dtype)
+    add_recurrent(g, feeds, "GRU", steps=3, batch=2, size=4, hidden=9, const_weights=False, dtype=dtype, seed=1)
+    got = CpuBackend().compile(g, threads=1, cache=False).run(feeds)
+    want = InterpreterBackend().compile(g).run(feeds)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype == dtype
+        np.testing.assert_allclose(a, b, rtol=2e-3 if dtype == np.float16 else 1e-5, atol=2e-3 if dtype == np.float16 else 1e-6)

@@ -107,12 +107,13 @@ def _act(vx: VecIR, x, spec: tuple[str, float | None, float | None]):
     if name == "Softsign":
         return m.div(x, m.add(m.const(1.0), vx.fabs(x)))
     if name == "Softplus":  # max(x, 0) + log(1 + exp(-|x|)): no overflow
-        log = vx._unary("log", m.add(m.const(1.0), m.exp(m.sub(zero, vx.fabs(x)))))
+        log_fn = vx.intrinsic(f"llvm.log.v{vx.vw}f32", vx.vty, [vx.vty])
+        log = vx.b.call(log_fn, [m.add(m.const(1.0), m.exp(m.sub(zero, vx.fabs(x))))])
         return m.add(vx.fmax(x, zero), log)
     raise UnsupportedAttribute("no CPU code for this recurrent activation", expected="the ONNX list", found=name)
 
 
-def emit_rnn(module: ir.Module, name: str, *, cell: str, steps: int, batch: int, size: int, hidden: int,
+def emit_rnn(module: ir.Module, name: str, *, cell: str, steps: int, batch: int, hidden: int,
              directions: tuple[bool, ...], layout: int, acts: tuple, clip: float | None, input_forget: int,
              linear_before_reset: int, r: np.ndarray | None, vector_width: int) -> KernelInfo:
     """void name(y, y_h, y_c, xw, r, b, seq, h0, c0, p, scratch, [packed Rᵀ], tid, nthreads).
@@ -128,7 +129,7 @@ def emit_rnn(module: ir.Module, name: str, *, cell: str, steps: int, batch: int,
     passes = _passes(cell, linear_before_reset)
     pass_size = [nhb_size(H, vw, len(g)) for g in passes]
     dir_size = sum(pass_size)
-    if D * GH * H >= 1 << 31 or T * N * D * GH >= 1 << 62:
+    if r is None and D * GH * H >= 1 << 31:
         raise UnsupportedShape("recurrent weights too large for 32-bit gather indices", expected="< 2^31",
                                found=D * GH * H)
     packed = []
