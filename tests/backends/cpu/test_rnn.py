@@ -103,11 +103,11 @@ def build(configs: list[tuple[str, dict]]) -> tuple[Graph, list[np.ndarray]]:
 @pytest.mark.parametrize("isa", ISAS)
 def test_hidden_blocks_and_groups(isa: str) -> None:
     """Hidden sizes spanning several vector blocks (full groups, a remainder group, a partial vector),
-    batches of one to nine rows."""
+    batches of one to nine rows; two nodes of one configuration."""
     configs = [(op, {"steps": 4, "batch": batch, "size": 5, "hidden": hidden, "direction": "bidirectional"})
                for op, hidden, batch in (("LSTM", 40, 3), ("GRU", 56, 9), ("RNN", 72, 2), ("LSTM", 16, 1),
-                                         ("GRU", 8, 2), ("LSTM", 33, 7))]
-    check(*build(configs), isa)
+                                         ("GRU", 8, 2), ("LSTM", 33, 7), ("LSTM", 40, 3))]
+    check(*build(configs), isa)  # the two LSTMs of hidden 40 share one kernel, each with its own weights
 
 
 @pytest.mark.parametrize("isa", ISAS)
