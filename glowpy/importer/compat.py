@@ -26,24 +26,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
-from onnx import ModelProto, NodeProto, TensorProto, ValueInfoProto, helper, numpy_helper
+from onnx import GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper, numpy_helper
 
 from glowpy.errors import (
     GlowpyError,
+    InternalError,
     InvalidModel,
     Status,
     UnsupportedDatatype,
     UnsupportedOperator,
+    UnsupportedShape,
 )
 from glowpy.importer.context import NodeContext
 from glowpy.importer.onnx_import import ModelLike, read_model
+from glowpy.importer.specialize import shape_operands
 from glowpy.importer.table import OnnxOp, normalize_domain
 from glowpy.importer.walk import (
+    Body,
     Host,
     OperandNotVisible,
     Walk,
@@ -54,7 +58,7 @@ from glowpy.importer.walk import (
     text,
     topo_order,
 )
-from glowpy.ir.graph import Node, Value
+from glowpy.ir.graph import Graph, Node, Value
 from glowpy.ir.ops import get_op
 from glowpy.ir.types import TensorType, dtype_from_onnx, dtype_to_onnx
 
@@ -83,15 +87,24 @@ class NodeVerdict:
     status: Status
     reason: str
     assumes: tuple[str, ...] = ()
+    # A control node's body nodes (If / Loop / Scan), named '<node>/<attribute>/<body node>', nested alike.
+    body: tuple[NodeVerdict, ...] = ()
 
     @property
     def supported(self) -> bool:
         return self.status in OK_STATUSES
 
+    def walk(self) -> list[NodeVerdict]:
+        """This verdict and those of its body nodes, depth first."""
+        return [self, *(w for b in self.body for w in b.walk())]
+
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "op": self.op, "domain": self.domain,
-                "status": self.status.name, "code": int(self.status), "reason": self.reason,
-                "assumes": list(self.assumes)}
+        out = {"index": self.index, "name": self.name, "op": self.op, "domain": self.domain,
+               "status": self.status.name, "code": int(self.status), "reason": self.reason,
+               "assumes": list(self.assumes)}
+        if self.body:
+            out["body"] = [b.to_dict() for b in self.body]
+        return out
 
 
 @dataclass(frozen=True)
@@ -195,9 +208,9 @@ def _rebuild(err: GlowpyError, *, node: str, op: str, opset: int | None = None) 
 
 
 def _small_ints(t: TensorProto, dtype: np.dtype, dims: tuple[int, ...]) -> np.ndarray | None:
-    """The value of a tiny integer initializer stored in the model, else None (a weight, or a
-    placeholder the host fills at init)."""
-    if dtype.kind not in "iu" or math.prod(dims) > SHAPE_LIMIT or t.data_location == TensorProto.EXTERNAL:
+    """The value of a tiny integer (or bool: a mode flag) initializer stored in the model, else None (a
+    weight, or a placeholder the host fills at init)."""
+    if dtype.kind not in "iub" or math.prod(dims) > SHAPE_LIMIT or t.data_location == TensorProto.EXTERNAL:
         return None
     try:
         data = numpy_helper.to_array(t)
@@ -222,10 +235,16 @@ class Checker(Host):
         self.verdicts: dict[int, NodeVerdict] = {}
         self.assumes: list[str] = []
         self._unused_bad: dict[str, GlowpyError] = {}
+        self.errors: dict[int, GlowpyError] = {}  # the error behind each rejected node's verdict
         self._declared: dict[str, ValueInfoProto] = {}
         # the node being converted: what its verdict assumes, the IR nodes it emitted
         self._notes: list[str] = []
         self._emitted: list[Node] = []
+        # Values computed from run-time inputs (ids): no compile time knows them. Graph inputs that decide
+        # shapes are not among them: they specialize the model (importer/specialize.py).
+        self._runtime: set[int] = set()
+        self._specialized: set[str] = set()
+        self._body: dict[str, list[NodeVerdict]] = {}  # verdicts of the current node's body nodes, per body
         self._walk = Walk(model, self, shapes)
 
     def run(self) -> CompatReport:
@@ -233,6 +252,7 @@ class Checker(Host):
             return self._report([Issue(Status.INVALID_MODEL, "the model has no graph")])
         g = self.model.graph
         self._declared = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
+        self._specialized = set(shape_operands(self.model))
         self._walk.run()
         used = {x for n in g.node for x in n.input}
         for name, err in self._unused_bad.items():
@@ -284,25 +304,30 @@ class Checker(Host):
             return
         shape = static_dims(dims)
         value = Value(info.name, TensorType(dtype, shape), "input") if shape is not None else None
+        if value is not None and info.name not in self._specialized:
+            self._runtime.add(id(value))
         self.slots[info.name] = Slot(dtype, None if dims is None else tuple(dims), value)
 
     def bad_value(self, name: str, err: GlowpyError, *, weight: bool) -> None:
         self.slots[name] = Slot(error=err, weight=weight)
         self._unused_bad[name] = err
 
+    def _slot(self, name: str) -> Slot | None:
+        return self.slots.get(name)
+
     def is_defined(self, name: str) -> bool:
-        return name in self.slots
+        return self._slot(name) is not None
 
     def bound(self, name: str) -> Value | None:
-        slot = self.slots.get(name)
+        slot = self._slot(name)
         return slot.value if slot is not None else None
 
     def is_weight(self, name: str) -> bool:
-        slot = self.slots.get(name)
+        slot = self._slot(name)
         return slot is not None and slot.weight
 
     def dtype_of(self, name: str) -> np.dtype | None:
-        slot = self.slots.get(name)
+        slot = self._slot(name)
         return slot.dtype if slot is not None else None
 
     # --- per node --------------------------------------------------------------------------------------
@@ -314,20 +339,20 @@ class Checker(Host):
 
     def ready(self, index: int, node: NodeProto, entry: OnnxOp | None, opset: int, name: str) -> bool:
         self._notes, self._emitted = [], []
-        slots = [(k, self.slots[x]) for k, x in enumerate(node.input) if x]
+        slots = [(k, self._slot(x)) for k, x in enumerate(node.input) if x]
         for _, slot in slots:
             if slot.error is not None:
                 raise _rebuild(slot.error, node=name, op=node.op_type, opset=opset)
         for k, slot in slots:
             if slot.runtime_note and (entry is None or k not in entry.const_inputs):
                 self._note(slot.runtime_note)
-        unknown = next((x for x in node.input if x and self.slots[x].value is None), None)
+        unknown = next((x for x in node.input if x and self._slot(x).value is None), None)
         if unknown is not None:
             self._declare_outputs(node)
             self.verdicts[index] = self._verdict(
                 index, node, None, opset=opset, assumes=self._notes,
                 note=f"supported by op, attributes and types; shapes not checked ('{unknown}' has no static "
-                     f"shape: {fmt_dims(self.slots[unknown].dims)})")
+                     f"shape: {fmt_dims(self._slot(unknown).dims)})")
             return False
         return True
 
@@ -348,7 +373,7 @@ class Checker(Host):
     # --- converter services: types, and values only where they cost nothing to know ----------------------
 
     def value(self, name: str, ctx: NodeContext) -> Value:
-        slot = self.slots.get(name)
+        slot = self._slot(name)
         if slot is None or slot.value is None:
             raise ctx.error(InvalidModel, f"input '{name}' is not defined (no initializer, graph input or "
                                           f"node output has that name)")
@@ -358,6 +383,8 @@ class Checker(Host):
         """A weight's value is not read: what the op table row allows stands in for it (see OnnxOp)."""
         if v.data is not None:
             return v.data
+        if id(v) in self._runtime:
+            return None  # computed from run-time inputs: the full path does not know it either
         if index in ctx.entry.value_inputs:
             self._note(f"assumes operand {index} '{v.name}' (not read) has a supported value")
             return np.zeros(v.shape, dtype=v.dtype)
@@ -382,6 +409,8 @@ class Checker(Host):
         node = Node(op, ctx.name, list(inputs), [], full)
         node.outputs = [Value(f"{ctx.name}:{k}", t, "node", producer=node) for k, t in enumerate(types)]
         self._emitted.append(node)
+        if any(id(v) in self._runtime for v in inputs):
+            self._runtime.update(id(v) for v in node.outputs)
         # Fold small shape-like computations, as the graph host's known_value() would on demand.
         if (all(v.data is not None and v.data.size <= FOLD_LIMIT for v in inputs)
                 and all(t.size <= FOLD_LIMIT for t in types)):
@@ -401,6 +430,17 @@ class Checker(Host):
             dims = tuple(int(d) for d in tensor.dims)
             return Value(ctx.node.output[i], TensorType(dtype_from_onnx(tensor.data_type), dims), "constant")
         return self.output_constant(ctx, i, numpy_helper.to_array(tensor))
+
+    # --- subgraph bodies: a child checker per body, its verdicts reported under the control node ---------
+
+    def child(self, ctx: NodeContext, key: str, proto: GraphProto) -> Host:
+        return BodyChecker(self, proto, f"{ctx.name}/{key}")
+
+    def formal(self, name: str, t: TensorType, data: np.ndarray | None = None) -> None:
+        raise InternalError("only a body checker has formal inputs", found=name)
+
+    def close(self, ctx: NodeContext, key: str, outputs: list[Value | None]) -> Body:
+        raise InternalError("only a body checker is closed", found=key)
 
     # --- helpers ----------------------------------------------------------------------------------------
 
@@ -425,17 +465,22 @@ class Checker(Host):
         name = node_display_name(node, index)
         if err is not None:
             status, reason = err.status, str(err)
+            self.errors[index] = err
         else:
             where = f"node '{name}' ({text(node.op_type)}" + (f", opset {opset})" if opset is not None else ")")
             reason = f"{where}: {note or 'supported'}"
             if assumes:
                 reason += "; " + "; ".join(assumes)
-        return NodeVerdict(index, name, text(node.op_type), text(node.domain), status, reason, tuple(assumes))
+        body, self._body = tuple(v for vs in self._body.values() for v in vs), {}
+        return NodeVerdict(index, name, text(node.op_type), text(node.domain), status, reason, tuple(assumes),
+                           body)
 
     def _declare_outputs(self, node: NodeProto) -> None:
         """Outputs of a node the check did not convert: what the model declares, else ONNX's inference,
         so the nodes after it are still checked."""
         schema: dict[str, Slot] | None = None
+        ins = [self.slots.get(x) for x in node.input if x]
+        runtime = any(x is None or (x.value is None and not x.weight) or id(x.value) in self._runtime for x in ins)
         for out in node.output:
             if out and out not in self.slots:
                 slot = self._declared_slot(out)
@@ -443,6 +488,8 @@ class Checker(Host):
                     schema = self._schema_slots(node) if schema is None else schema
                     slot = schema.get(out)
                 self.slots[out] = slot or Slot()
+                if runtime and self.slots[out].value is not None:
+                    self._runtime.add(id(self.slots[out].value))
 
     def _schema_slots(self, node: NodeProto) -> dict[str, Slot]:
         """Output types of a node glowpy did not convert (rejected, or its output shape hangs on an
@@ -453,7 +500,7 @@ class Checker(Host):
         for x in node.input:
             if not x:
                 continue
-            slot = self.slots.get(x)
+            slot = self._slot(x)
             if slot is None or slot.dtype is None or slot.dims is None:
                 return {}
             types[x] = helper.make_tensor_type_proto(dtype_to_onnx(slot.dtype), list(slot.dims))
@@ -510,6 +557,45 @@ class Checker(Host):
         return self._verdict(index, node, None, opset=opset, assumes=self._notes)
 
 
+class BodyChecker(Checker):
+    """The types-only host of a subgraph body: a name it does not define is the enclosing scope's
+    (shared as it is: the check builds no graph). Its verdicts go to the control node's verdict."""
+
+    def __init__(self, parent: Checker, proto: GraphProto, prefix: str) -> None:
+        super().__init__(parent.model, parent.backend, parent.backend_name)
+        self.parent = parent
+        self.prefix = prefix
+        self.proto = proto
+        self._declared = {vi.name: vi for vi in list(proto.value_info) + list(proto.output)}
+        self._walk.opsets = parent._walk.opsets  # for ONNX's inference of the outputs of rejected body nodes
+        self.graph = Graph(prefix)
+
+    def _slot(self, name: str) -> Slot | None:
+        slot = self.slots.get(name)
+        return slot if slot is not None else self.parent._slot(name)
+
+    def formal(self, name: str, t: TensorType, data: np.ndarray | None = None) -> None:
+        v = self.graph.add_input(name, t)
+        if data is not None:
+            v = Value(f"{name}.known", t, "constant", data=data)
+        self.slots[name] = Slot(t.dtype, t.shape, v)
+
+    def close(self, ctx: NodeContext, key: str, outputs: list[Value | None]) -> Body:
+        verdicts = [replace(v, name=f"{self.prefix}/{v.name}") for _, v in sorted(self.verdicts.items())]
+        self.parent._body[self.prefix] = verdicts  # a body imported again (specialized) replaces its verdicts
+        bad = next((i for i, v in sorted(self.verdicts.items()) if not v.supported), None)
+        if bad is not None:
+            err = self.errors[bad]
+            raise type(err)(f"in its {key}, {err}", node=ctx.name, op=ctx.node.op_type, opset=ctx.opset)
+        missing = next((o.name for o, v in zip(self.proto.output, outputs) if v is None), None)
+        if missing is not None:
+            raise UnsupportedShape(f"in its {key}, output '{missing}' has no static shape", node=ctx.name,
+                                   op=ctx.node.op_type, opset=ctx.opset, expected="a static shape",
+                                   found=fmt_dims(self._slot(missing).dims if self._slot(missing) else None))
+        self.graph.outputs = outputs
+        return Body(self.graph, [], verdicts)
+
+
 # --- the public entry ------------------------------------------------------------------------------------
 
 
@@ -536,5 +622,5 @@ def check(model: ModelLike, backend: Backend | None = None,
     return Checker(proto, backend, be_name, shapes).run()
 
 
-__all__ = ["CompatReport", "Checker", "Issue", "NodeVerdict", "Slot", "check", "node_display_name",
+__all__ = ["BodyChecker", "CompatReport", "Checker", "Issue", "NodeVerdict", "Slot", "check", "node_display_name",
            "topo_order"]

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import NodeProto, TensorProto
 
-from glowpy.errors import GlowpyError, InvalidModel, UnsupportedAttribute, UnsupportedShape
+from glowpy.errors import GlowpyError, InternalError, InvalidModel, UnsupportedAttribute, UnsupportedShape
 from glowpy.importer.table import OnnxOp, attribute_values, require_const_operand, schema_defaults
 from glowpy.ir.graph import Value
 
 if TYPE_CHECKING:
-    from glowpy.importer.walk import Host
+    from glowpy.importer.walk import Body, Host
+    from glowpy.ir.types import TensorType
 
 
 class NodeContext:
@@ -26,6 +28,15 @@ class NodeContext:
         self.opset = opset
         self.name = name
         self.attrs = attribute_values(node)
+        self.declared: dict[str, Any] = {}  # ValueInfoProtos of the walked graph by name (set by the walk)
+        self.walk_body: Callable[[str, Sequence[TensorType | np.ndarray]], Body] | None = None  # set by the walk
+
+    def body(self, key: str, formals: Sequence[TensorType | np.ndarray]) -> Body:
+        """Import the subgraph in attribute `key`, its formal inputs typed `formals` (an array: the formal's
+        value, known at compile time); the walk recurses."""
+        if self.walk_body is None:
+            raise self.error(InvalidModel, "subgraphs are imported only inside the walk")
+        return self.walk_body(key, formals)
 
     # --- errors with this node's context ------------------------------------------------------
 
@@ -72,6 +83,18 @@ class NodeContext:
             raise self.error(UnsupportedShape, f"input {i} ('{v.name}') must be known at compile time",
                              expected="a constant or a value computed from constants", found="a runtime value")
         return data
+
+    def const_or_runtime(self, i: int) -> np.ndarray | None:
+        """Operand i's compile-time value, or None when it is a run-time value (the row lists i in
+        `runtime_inputs`: the converter computes with it). Also None when the operand is absent."""
+        if not self.has_input(i):
+            return None
+        if i not in self.entry.runtime_inputs:
+            raise InternalError(f"the converter takes operand {i} at run time, but the op table row does not list "
+                                f"it in runtime_inputs", node=self.name, op=self.entry.op_type, opset=self.opset,
+                                expected=list(self.entry.runtime_inputs), found=i)
+        require_const_operand(self.entry, i, node=self.name, opset=self.opset)
+        return self.host.compile_time_value(self, i, self.input(i))
 
     def const_ints(self, i: int, default: Any = None) -> tuple[int, ...] | None:
         data = self.const(i)

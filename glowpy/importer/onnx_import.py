@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import ModelProto, NodeProto, ValueInfoProto, numpy_helper
+from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto, numpy_helper
 
 from glowpy.errors import GlowpyError, InternalError, InvalidModel, InvalidProtobuf, UnsupportedShape
 from glowpy.importer.context import NodeContext
 from glowpy.importer.table import OnnxOp
 from glowpy.importer.walk import (
     MIN_IR_VERSION,
+    Body,
     Host,
     OperandNotVisible,
     Walk,
@@ -117,17 +118,20 @@ class GraphHost(Host):
                     expected="static dims", found=fmt_dims(declared_type(info)[1]))
         self.values[info.name] = self.graph.add_input(info.name, TensorType(dtype, tuple(dims)))
 
+    def _lookup(self, name: str) -> Value | None:
+        return self.values.get(name)
+
     def is_defined(self, name: str) -> bool:
-        return name in self.values
+        return self._lookup(name) is not None
 
     def bound(self, name: str) -> Value | None:
-        return self.values.get(name)
+        return self._lookup(name)
 
     def is_weight(self, name: str) -> bool:
         return name in self.graph.constants
 
     def dtype_of(self, name: str) -> np.dtype | None:
-        v = self.values.get(name)
+        v = self._lookup(name)
         return v.dtype if v is not None else None
 
     # --- per node -----------------------------------------------------------------------------------
@@ -163,7 +167,7 @@ class GraphHost(Host):
     # --- converter services -------------------------------------------------------------------------
 
     def value(self, name: str, ctx: NodeContext) -> Value:
-        v = self.values.get(name)
+        v = self._lookup(name)
         if v is None:
             raise ctx.error(InvalidModel, f"input '{name}' is not defined (no initializer, graph input or "
                                           f"node output has that name)")
@@ -202,16 +206,72 @@ class GraphHost(Host):
     def tensor_constant(self, ctx: NodeContext, i: int, tensor: onnx.TensorProto) -> Value:
         return self.output_constant(ctx, i, numpy_helper.to_array(tensor, self.base_dir or ""))
 
+    # --- subgraph bodies ------------------------------------------------------------------------------
 
-def import_model(model: ModelLike, shapes: ShapeMap | None = None) -> Graph:
+    def child(self, ctx: NodeContext, key: str, proto: GraphProto) -> Host:
+        return BodyHost(self, proto.name or f"{ctx.name}.{key}")
+
+    def formal(self, name: str, t: TensorType, data: np.ndarray | None = None) -> None:
+        raise InternalError("only a body host has formal inputs", found=name)
+
+    def close(self, ctx: NodeContext, key: str, outputs: list[Value | None]) -> Body:
+        raise InternalError("only a body host is closed", found=key)
+
+
+class BodyHost(GraphHost):
+    """The graph-building host of a subgraph body. A name the body does not define resolves in the
+    enclosing host: a weight is shared (a constant of the body, so shape operands stay known), any
+    other value becomes a body input (a capture, passed by the control node as an operand)."""
+
+    def __init__(self, parent: GraphHost, name: str) -> None:
+        super().__init__(parent.model, parent.base_dir)
+        self.parent = parent
+        self.graph = Graph(name)
+        self.captures: list[Value] = []
+
+    def _lookup(self, name: str) -> Value | None:
+        v = self.values.get(name)
+        if v is None:
+            outer = self.parent._lookup(name)
+            if outer is None:
+                return None
+            outer_data = outer.data if outer.is_constant else self.parent.known_value(outer)
+            if outer_data is not None:
+                v = self.graph.add_constant(self.graph.unique_name(name), outer_data)
+            else:
+                v = self.graph.add_input(self.graph.unique_name(name), outer.type)  # after the formals
+                self.captures.append(outer)
+            self.values[name] = v
+        return v
+
+    def formal(self, name: str, t: TensorType, data: np.ndarray | None = None) -> None:
+        self.values[name] = self.graph.add_input(name, t)
+        if data is not None:  # the body still takes the input; its nodes read the known value
+            self.values[name] = self.graph.add_constant(self.graph.unique_name(f"{name}.known"), data)
+
+    def close(self, ctx: NodeContext, key: str, outputs: list[Value | None]) -> Body:
+        g = self.graph
+        missing = next((o.name for o, v in zip(ctx.attrs[key].g.output, outputs) if v is None), None)
+        if missing is not None:
+            raise InvalidModel(f"in its {key}, output '{missing}' is not defined", node=ctx.name,
+                               op=ctx.node.op_type, opset=ctx.opset)
+        g.outputs = outputs
+        g.remove_unused_constants()
+        g.verify()
+        return Body(g, list(self.captures))
+
+
+def import_model(model: ModelLike, shapes: ShapeMap | None = None, *, base_dir: str | None = None,
+                 owned: bool = False) -> Graph:
     """Parse and import `model` (bytes, path or ModelProto). `shapes` binds symbolic input dims:
-    by input name (a full shape) or by dim_param symbol (an int)."""
-    proto, base_dir = read_model(model)
-    host = GraphHost(proto, base_dir, owns_proto=proto is not model)
+    by input name (a full shape) or by dim_param symbol (an int). A ModelProto the caller parsed itself
+    may say where its external data lives (`base_dir`) and that the import may consume it (`owned`)."""
+    proto, found_dir = read_model(model)
+    host = GraphHost(proto, base_dir or found_dir, owns_proto=owned or proto is not model)
     Walk(proto, host, shapes).run()
     return host.graph
 
 
 
-__all__ = ["MIN_IR_VERSION", "GraphHost", "ModelLike", "ShapeMap", "declared_type", "import_model", "model_opsets", "parse_model_bytes",
+__all__ = ["MIN_IR_VERSION", "BodyHost", "GraphHost", "ModelLike", "ShapeMap", "declared_type", "import_model", "model_opsets", "parse_model_bytes",
            "read_model"]

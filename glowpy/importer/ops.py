@@ -52,16 +52,22 @@ def gelu(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Gelu", [ctx.input(0)], {"approximate": ctx.attr("approximate")})
 
 
-@onnx_op("Clip", attrs={"min": FLOAT, "max": FLOAT}, const_inputs=(1, 2), value_inputs=(1, 2))
+@onnx_op("Clip", attrs={"min": FLOAT, "max": FLOAT}, const_inputs=(1, 2), value_inputs=(1, 2), runtime_inputs=(1, 2))
 def clip(ctx: NodeContext) -> list[Value]:
+    x = ctx.input(0)
     if ctx.opset < 11:
-        lo, hi = ctx.attr("min", -math.inf), ctx.attr("max", math.inf)
-    else:
-        lo = ctx.const(1)
-        hi = ctx.const(2)
-        lo = -math.inf if lo is None else lo.item()
-        hi = math.inf if hi is None else hi.item()
-    return ctx.emit("Clip", [ctx.input(0)], {"min": lo, "max": hi})
+        return ctx.emit("Clip", [x], {"min": ctx.attr("min", -math.inf), "max": ctx.attr("max", math.inf)})
+    # A bound known only at run time is a broadcast Max / Min operand: min(max(x, lo), hi).
+    lo, hi = ctx.const_or_runtime(1), ctx.const_or_runtime(2)
+    run_lo, run_hi = ctx.has_input(1) and lo is None, ctx.has_input(2) and hi is None
+    if run_lo:
+        x = ctx.emit1("Max", [x, ctx.input(1)])
+    if lo is not None or hi is not None or not (run_lo or run_hi):
+        x = ctx.emit1("Clip", [x], {"min": -math.inf if lo is None else lo.item(),
+                                    "max": math.inf if hi is None else hi.item()})
+    if run_hi:
+        x = ctx.emit1("Min", [x, ctx.input(2)])
+    return [x]
 
 
 @onnx_op("Dropout", attrs={"ratio": FLOAT, "is_test": IGNORED, "seed": IGNORED}, const_inputs=(2,), max_outputs=2,
@@ -327,15 +333,23 @@ def lrn(ctx: NodeContext) -> list[Value]:
 
 
 @onnx_op("LayerNormalization", attrs={"axis": INT, "epsilon": FLOAT, "stash_type": equals(1, "float32 stash")},
-         since=17)
+         since=17, max_outputs=3)
 def layer_norm(ctx: NodeContext) -> list[Value]:
-    if len([o for o in ctx.node.output if o]) > 1:
-        raise ctx.unsupported("Mean / InvStdDev outputs are not supported", expected="1 output",
-                              found=len(ctx.node.output))
     x = ctx.input(0)
     axis = ctx.axis(ctx.attr("axis"), x.type.rank)
     ins = [x, ctx.input(1)] + ([ctx.input(2)] if ctx.has_input(2) else [])
-    return ctx.emit("LayerNormalization", ins, {"axis": axis, "epsilon": ctx.attr("epsilon")})
+    y = ctx.emit("LayerNormalization", ins, {"axis": axis, "epsilon": ctx.attr("epsilon")})
+    if not any(ctx.node.output[1:]):
+        return y
+    # Mean and InvStdDev (float32, the stash type), over the normalized dims kept as size 1.
+    axes = tuple(range(axis, x.type.rank))
+    xs = x if x.dtype == np.float32 else ctx.emit1("Cast", [x], {"to": np.dtype(np.float32)})
+    mean = ctx.emit1("ReduceMean", [xs], {"axes": axes, "keepdims": 1})
+    d = ctx.emit1("Sub", [xs, mean])
+    var = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [d, d])], {"axes": axes, "keepdims": 1})
+    eps = ctx.constant(np.array(ctx.attr("epsilon"), dtype=np.float32), "epsilon")
+    inv = ctx.emit1("Reciprocal", [ctx.emit1("Sqrt", [ctx.emit1("Add", [var, eps])])])
+    return [*y, mean, inv]
 
 
 def _softmax(op_type: str) -> None:

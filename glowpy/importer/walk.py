@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
-from onnx import ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto, helper
+from onnx import GraphProto, ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto, helper
 
 from glowpy.errors import (
     GlowpyError,
@@ -35,9 +36,10 @@ from glowpy.errors import (
     MismatchingShape,
     UnsupportedDatatype,
     UnsupportedOperator,
+    UnsupportedShape,
     UnsupportedVersion,
 )
-from glowpy.importer import ops, quant, rnn  # noqa: F401  (the rows: each module registers its converters in the table)
+from glowpy.importer import control, indexing, nn, ops, quant, rnn  # noqa: F401  (the rows: each module registers its converters in the table)
 from glowpy.importer.context import NodeContext
 from glowpy.importer.functions import (
     MAX_DEPTH,
@@ -47,13 +49,13 @@ from glowpy.importer.functions import (
     instantiate,
     needs_types,
 )
-from glowpy.importer.table import MAX_OPSET, MIN_OPSET, TABLE, check_node, normalize_domain
+from glowpy.importer.table import DATA_DEPENDENT, MAX_OPSET, MIN_OPSET, TABLE, check_node, normalize_domain
 from glowpy.ir.types import TensorType, dtype_from_onnx, dtype_to_onnx, onnx_type_name
 from glowpy.limits import check_tensor
 
 if TYPE_CHECKING:
     from glowpy.importer.table import OnnxOp
-    from glowpy.ir.graph import Value
+    from glowpy.ir.graph import Graph, Value
 
 ShapeMap = Mapping[str, Sequence[int] | int]
 
@@ -211,6 +213,18 @@ def check_declared(info: ValueInfoProto, t: TensorType) -> GlowpyError | None:
     return None
 
 
+@dataclass
+class Body:
+    """An imported subgraph: `graph` takes the formal inputs, then one input per value it reads from the
+    enclosing scope (`captures`, the outer values, in the same order). A types-only host may leave
+    outer values unbound in the body (then `captures` is empty and `graph` holds only the formals and
+    outputs). `verdicts`: what the host says of the body's nodes (the check's report)."""
+
+    graph: Graph
+    captures: list[Value] = field(default_factory=list)
+    verdicts: list[Any] = field(default_factory=list)
+
+
 # --- the host interface ---------------------------------------------------------------------------------
 
 
@@ -300,6 +314,20 @@ class Host(ABC):
     def tensor_constant(self, ctx: NodeContext, i: int, tensor: TensorProto) -> Value:
         """Output i of the node holds the tensor of an attribute (a Constant's value)."""
 
+    # subgraph bodies (If / Loop / Scan): the walk recurses with a child host
+    @abstractmethod
+    def child(self, ctx: NodeContext, key: str, proto: GraphProto) -> Host:
+        """A host for the body in attribute `key` of the node: it sees this host's values (outer scope)."""
+
+    @abstractmethod
+    def formal(self, name: str, t: TensorType, data: np.ndarray | None = None) -> None:
+        """(A child host) bind the body's formal input `name`; `data`: its value, known at compile time
+        (a body specialized for it, as a loop unrolled at import is for each iteration number)."""
+
+    @abstractmethod
+    def close(self, ctx: NodeContext, key: str, outputs: list[Value | None]) -> Body:
+        """(A child host) the body, its outputs `outputs`; raises the error that keeps it from being built."""
+
 
 # --- the walk -------------------------------------------------------------------------------------------
 
@@ -314,6 +342,7 @@ class Walk:
         self.opsets: dict[str, int] = {}
         self.order: list[int] = []
         self.graph_outputs: dict[str, ValueInfoProto] = {}
+        self.declared: dict[str, ValueInfoProto] = {}  # value_info and outputs of the graph being walked
 
     def run(self) -> None:
         host = self.host
@@ -327,6 +356,7 @@ class Walk:
         self._initializers(g.initializer)
         self._inputs(g.input)
         self.graph_outputs = {o.name: o for o in g.output}
+        self.declared = {o.name: o for o in [*g.value_info, *g.output]}
         self.order, stuck = topo_order(nodes, {x.name for x in g.initializer} | {x.name for x in g.input})
         for i in self.order:
             self.convert(i, nodes[i])
@@ -414,6 +444,12 @@ class Walk:
         for out in node.output:
             if out and host.is_defined(out):  # SSA: every value has one producer
                 raise InvalidModel(f"value '{out}' is produced twice", node=name, op=node.op_type)
+        decides = DATA_DEPENDENT.get((normalize_domain(node.domain), node.op_type))
+        if decides is not None:
+            raise UnsupportedShape(f"the output shape of {node.op_type} depends on input values ({decides}): glowpy "
+                                   f"compiles static shapes, the host runs this node", node=name, op=node.op_type,
+                                   expected="an output shape that follows from input shapes and constant operands",
+                                   found="a data-dependent output shape")
         if TABLE.get((normalize_domain(node.domain), node.op_type)) is None:
             types = self._input_types(node)
             function = find_function(node, opsets, self.model, types)
@@ -431,6 +467,8 @@ class Walk:
         if depth == 0 and not host.ready(index, node, entry, opset, name):
             return False
         ctx = NodeContext(host, node, entry, opset, name)
+        ctx.walk_body = lambda key, formals: self.body(ctx, key, formals, opsets)
+        ctx.declared = self.declared
         try:
             results = entry.convert(ctx)
         except (OperandNotVisible, GlowpyError) as e:
@@ -478,6 +516,48 @@ class Walk:
                               op=node.op_type, opset=opset) from None
         return True
 
+    # --- subgraph bodies ---------------------------------------------------------------------------------
+
+    def body(self, ctx: NodeContext, key: str, formals: Sequence[TensorType | np.ndarray],
+             opsets: dict[str, int]) -> Body:
+        """Walk the subgraph in attribute `key` of the node in `ctx` with a child host (recursion: a body's
+        nodes may carry bodies), its formal inputs typed `formals` (an array: a formal of known value)."""
+        attr = ctx.attrs.get(key)
+        if attr is None or not attr.HasField("g"):
+            raise ctx.error(InvalidModel, f"attribute '{key}' (a graph) is missing")
+        proto = attr.g
+        if len(proto.input) != len(formals):
+            raise ctx.error(InvalidModel, f"{key} declares {len(proto.input)} inputs", expected=len(formals),
+                            found=len(proto.input))
+        child = self.host.child(ctx, key, proto)
+        for info, f in zip(proto.input, formals):
+            data = f if isinstance(f, np.ndarray) else None
+            t = TensorType.of(f) if data is not None else f
+            dtype, _ = declared_type(info)
+            if dtype is not None and dtype != t.dtype:
+                raise ctx.error(MismatchingDatatype, f"{key} input '{info.name}' is declared {dtype}",
+                                expected=str(t.dtype), found=str(dtype))
+            child.formal(info.name, t, data)
+        walk = Walk(self.model, child)
+        walk.opsets = opsets
+        return child.close(ctx, key, walk.run_body(proto))
+
+    def run_body(self, g: GraphProto) -> list[Value | None]:
+        """Walk a body's initializers and nodes (its formal inputs are bound); its output values (None:
+        not produced with a static type; the host's `close` says why)."""
+        host = self.host
+        nodes = list(g.node)
+        self._initializers(g.initializer)
+        self.graph_outputs = {o.name: o for o in g.output}
+        self.declared = {o.name: o for o in [*g.value_info, *g.output]}
+        self.order, stuck = topo_order(nodes, set())
+        for i in self.order:
+            self.convert(i, nodes[i])
+        for i in stuck:
+            host.node_error(i, nodes[i], InvalidModel("the body has a cycle", node=node_display_name(nodes[i], i),
+                                                      op=nodes[i].op_type))
+        return [host.bound(info.name) if host.is_defined(info.name) else None for info in g.output]
+
     def _inputs_defined(self, node: NodeProto, name: str, opset: int) -> None:
         for x in node.input:
             if x and not self.host.is_defined(x):
@@ -497,5 +577,5 @@ class Walk:
         return out
 
 
-__all__ = ["Host", "OperandNotVisible", "Walk", "bind_dims", "check_declared", "declared_type", "fmt_dims",
+__all__ = ["Body", "Host", "OperandNotVisible", "Walk", "bind_dims", "check_declared", "declared_type", "fmt_dims",
            "initializer_dtype", "model_opsets", "node_display_name", "static_dims", "topo_order"]

@@ -18,6 +18,7 @@ import numpy as np
 
 from glowpy.errors import GlowpyError, InternalError, InvalidModel, MismatchingDatatype, MismatchingShape
 from glowpy.ir.ops import OPS, get_op
+from glowpy.ir.ops.control import bodies
 from glowpy.ir.ops.registry import OpDef
 from glowpy.ir.types import TensorType, dtype_name
 
@@ -538,6 +539,11 @@ class Graph:
                         self._raise_cycle_or_order(node, v)
                     raise InvalidModel(f"input '{v.name}' is not defined before use", node=node.name, op=node.op)
                 uses[id(v)] = uses.get(id(v), 0) + 1
+            for key, body in bodies(node.op, node.attrs):
+                try:
+                    body.verify()
+                except GlowpyError as e:
+                    raise type(e)(f"in its {key}: {e}", node=node.name, op=node.op) from None
             opdef = node.opdef
             try:
                 types = opdef.infer_types(node.attrs, [v.type for v in node.inputs], node=node.name)
@@ -588,6 +594,10 @@ class Graph:
     # --- printing -----------------------------------------------------------------------------
 
     def __str__(self) -> str:
+        return "\n".join(self._lines())
+
+    def _lines(self) -> list[str]:
+        """The graph's text; a control node's bodies follow it, indented under their attribute name."""
         lines = [f"graph {self.name}("]
         lines += [f"    %{v.name}: {v.type}," for v in self.inputs]
         lines.append(") {")
@@ -596,14 +606,19 @@ class Graph:
         for n in self.nodes:
             outs = ", ".join(f"%{o.name}: {o.type}" for o in n.outputs)
             args = ", ".join(f"%{v.name}" for v in n.inputs)
+            subs = bodies(n.op, n.attrs)
             attrs = ", ".join(f"{k}={_fmt_attr(v)}" for k, v in n.attrs.items()
-                              if not (k in ("activation", "activation_params") and v in ("none", ())))
+                              if not (k in ("activation", "activation_params") and v in ("none", ()))
+                              and k not in dict(subs))
             attrs = f" {{{attrs}}}" if attrs else ""
-            tag = f"  # {n.name}" if n.name != n.outputs[0].name else ""
+            tag = f"  # {n.name}" if not n.outputs or n.name != n.outputs[0].name else ""
             lines.append(f"  {outs} = {n.op}({args}){attrs}{tag}")
+            for key, body in subs:
+                lines.append(f"    {key}:")
+                lines += ["      " + line for line in body._lines()]
         lines.append("  return " + ", ".join(f"%{v.name}" for v in self.outputs))
         lines.append("}")
-        return "\n".join(lines)
+        return lines
 
     def __repr__(self) -> str:
         return (f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.constants)} constants, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from glowpy.ir.graph import Graph
+from glowpy.optimizer.control import inline_known_branches
 from glowpy.optimizer.fold import (
     fold_batchnorm,
     fold_channel_affine,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 SIMPLIFY = (
     Pass("eliminate_dead_code", eliminate_dead_code),
+    Pass("inline_known_branches", inline_known_branches),
     Pass("remove_noops", remove_noops),
     Pass("fold_constants", fold_constants),
     Pass("merge_reshapes", merge_reshapes),
@@ -141,6 +143,7 @@ __all__ = [
     "fuse_activation",
     "fuse_residual_add",
     "gemm_to_fully_connected",
+    "inline_known_branches",
     "lower_nodes",
     "matmul_add_to_fully_connected",
     "merge_constants",

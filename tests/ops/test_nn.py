@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import glowpy
-from glowpy.errors import UnsupportedAttribute, UnsupportedDatatype, UnsupportedOperator
+from glowpy.errors import InvalidModel, UnsupportedAttribute, UnsupportedDatatype, UnsupportedOperator
 
 from .util import Const, assert_same, check, expect_error, node_model, randint, randn, randpos, run_oracle
 
@@ -375,9 +375,72 @@ def test_layer_norm_default_axis_f64(backend):
           opset=17)
 
 
-def test_layer_norm_extra_outputs_unsupported():
-    expect_error(UnsupportedOperator, "LayerNormalization", [randn(2, 4), Const(randn(4))], opset=17, outputs=2,
-                 mentions=["output"])
+@pytest.mark.parametrize("axis", [1, -1])
+def test_layer_norm_mean_inv_std_outputs(backend, axis):
+    check(backend, "LayerNormalization", [randn(2, 3, 4) * 3 + 1, Const(randn(3, 4)[-1:] if axis == -1 else randn(3, 4))],
+          opset=17, attrs={"axis": axis, "epsilon": 1e-3}, outputs=3)
+    check(backend, "LayerNormalization", [randn(2, 5), Const(randn(5))], opset=17, outputs=["y", "", "inv"])
+
+
+# --- InstanceNormalization, GroupNormalization, RMSNormalization, MeanVarianceNormalization,
+# LpNormalization ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opset", [7, 22])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (1, 4, 7), (1, 2, 3, 2, 4)])
+def test_instance_norm(backend, shape, opset):
+    c = shape[1]
+    check(backend, "InstanceNormalization", [randn(*shape) * 2 + 1, Const(randn(c, seed=1)), Const(randn(c, seed=2))],
+          opset=opset, attrs={"epsilon": 1e-3} if len(shape) == 4 else {})
+
+
+def test_instance_norm_runtime_params(backend):
+    check(backend, "InstanceNormalization", [randn(1, 3, 6) + 2, randn(3, seed=1), randn(3, seed=2)], opset=7)
+
+
+def test_instance_norm_bad_scale():
+    expect_error(InvalidModel, "InstanceNormalization", [randn(1, 3, 4), Const(randn(2)), Const(randn(3))], opset=7,
+                 mentions=["per channel"])
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_group_norm(backend, opset, groups):
+    per = groups if opset == 18 else 4
+    check(backend, "GroupNormalization", [randn(2, 4, 3, 5) * 2 + 1, Const(randn(per, seed=1)),
+                                          Const(randn(per, seed=2))],
+          opset=opset, attrs={"num_groups": groups, "epsilon": 1e-3})
+
+
+def test_group_norm_bad_groups():
+    expect_error(UnsupportedAttribute, "GroupNormalization", [randn(1, 4, 3), Const(randn(4)), Const(randn(4))],
+                 opset=21, attrs={"num_groups": 3}, mentions=["num_groups"])
+
+
+@pytest.mark.parametrize("axis, scale", [(-1, (6,)), (1, (4, 6)), (0, (3, 4, 6)), (-2, (1, 6))])
+def test_rms_norm(backend, axis, scale):
+    check(backend, "RMSNormalization", [randn(3, 4, 6) + 0.5, Const(randn(*scale, seed=1))], opset=23,
+          attrs={"axis": axis, "epsilon": 1e-3})
+
+
+@pytest.mark.parametrize("opset, attrs", [(9, {}), (13, {"axes": [1, 2]}), (13, {"axes": [0]})])
+def test_mean_variance_norm(backend, opset, attrs):
+    check(backend, "MeanVarianceNormalization", [randn(2, 3, 4, 5) * 2 + 1], opset=opset, attrs=attrs)
+
+
+@pytest.mark.parametrize("opset", [1, 22])
+@pytest.mark.parametrize("p, axis", [(2, -1), (2, 0), (1, 1), (1, -1)])
+def test_lp_norm(backend, p, axis, opset):
+    # onnx.reference sums x ** p without |x| (wrong for p = 1 and negative x): positive data for p = 1
+    x = randpos(3, 4, 5) if p == 1 else randn(3, 4, 5)
+    x[0, 0] = 0.0  # a zero row along each axis: norm 0 gives 0
+    x[:, :, 0] = 0.0
+    check(backend, "LpNormalization", [x], opset=max(opset, 7), attrs={"p": p, "axis": axis})
+
+
+def test_lp_norm_l1_negative(backend):
+    # the spec's |x|: onnxruntime (onnx.reference omits the abs)
+    check(backend, "LpNormalization", [randn(3, 5)], opset=7, attrs={"p": 1}, oracle="onnxruntime")
 
 
 def test_layer_norm_stash_type_unsupported():

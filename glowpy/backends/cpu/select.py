@@ -15,13 +15,14 @@ from llvmlite import ir
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.fusion import post_elementwise
 from glowpy.backends.cpu.kernels import elementwise as EW
-from glowpy.backends.cpu.kernels import linalg, movement, norm, pool, reduce, rnn
+from glowpy.backends.cpu.kernels import indexing, linalg, movement, norm, pool, reduce, resize, rnn
 from glowpy.backends.cpu.kernels.conv import emit_conv2d
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
 from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
 from glowpy.errors import GlowpyError
 from glowpy.ir.graph import Node, Value
+from glowpy.ir.ops.resize import tables_for
 from glowpy.ir.ops.rnn import CELLS, activations_of
 from glowpy.ir.types import TensorType
 
@@ -373,6 +374,105 @@ def _lower_Gather(low: Lowering, node: Node) -> None:
     _simple(low, node, fn, [low.val(x), low.val(idx)], node.outputs[0].type.size)
 
 
+# --- indexing (kernels/indexing.py) -----------------------------------------------------------------
+
+
+def _lower_GatherElements(low: Lowering, node: Node) -> None:
+    x, idx = node.inputs
+    fn = indexing.emit_gather_elements(low.kmod(), low.fname([node]), x.dtype, idx.dtype, x.shape, idx.shape,
+                                       node.attrs["axis"] % x.type.rank)
+    _simple(low, node, fn, [low.val(x), low.val(idx)], node.outputs[0].type.size)
+
+
+def _lower_GatherND(low: Lowering, node: Node) -> None:
+    x, idx = node.inputs
+    fn = indexing.emit_gather_nd(low.kmod(), low.fname([node]), x.dtype, idx.dtype, x.shape, idx.shape,
+                                 node.attrs["batch_dims"])
+    _simple(low, node, fn, [low.val(x), low.val(idx)], node.outputs[0].type.size)
+
+
+def _lower_ScatterND(low: Lowering, node: Node) -> None:
+    x, idx, upd = node.inputs
+    fn = indexing.emit_scatter_nd(low.kmod(), low.fname([node]), x.dtype, idx.dtype, x.shape, idx.shape,
+                                  node.attrs["reduction"])
+    _simple(low, node, fn, [low.val(x), low.val(idx), low.val(upd)], 0.0)  # serial: updates apply in order
+
+
+def _lower_ScatterElements(low: Lowering, node: Node) -> None:
+    x, idx, upd = node.inputs
+    fn = indexing.emit_scatter_elements(low.kmod(), low.fname([node]), x.dtype, idx.dtype, x.shape, idx.shape,
+                                        node.attrs["axis"] % x.type.rank, node.attrs["reduction"])
+    _simple(low, node, fn, [low.val(x), low.val(idx), low.val(upd)], 0.0)  # serial: updates apply in order
+
+
+def _cumulative(low: Lowering, node: Node, kind: str) -> None:
+    x = node.inputs[0]
+    a = node.attrs
+    fn = indexing.emit_cumulative(low.kmod(), low.fname([node]), x.dtype, x.shape, a["axis"] % x.type.rank, kind,
+                                  bool(a["exclusive"]), bool(a["reverse"]))
+    _simple(low, node, fn, [low.val(x)], x.type.size)
+
+
+def _lower_CumSum(low: Lowering, node: Node) -> None:
+    _cumulative(low, node, "sum")
+
+
+def _lower_CumProd(low: Lowering, node: Node) -> None:
+    _cumulative(low, node, "prod")
+
+
+def _lower_TopK(low: Lowering, node: Node) -> None:
+    x = node.inputs[0]
+    a = node.attrs
+    fn = indexing.emit_topk(low.kmod(), low.fname([node]), x.dtype, x.shape, a["axis"] % x.type.rank, a["k"],
+                            bool(a["largest"]))
+    _simple(low, node, fn, [low.val(x)], x.type.size * max(a["k"], 1), outs=list(node.outputs))
+
+
+def _lower_OneHot(low: Lowering, node: Node) -> None:
+    idx, values = node.inputs
+    out = node.outputs[0]
+    fn = indexing.emit_onehot(low.kmod(), low.fname([node]), values.dtype, idx.dtype, idx.shape, node.attrs["depth"],
+                              node.attrs["axis"] % out.type.rank)
+    _simple(low, node, fn, [low.val(idx), low.val(values)], out.type.size)
+
+
+def _lower_ReverseSequence(low: Lowering, node: Node) -> None:
+    x, lens = node.inputs
+    fn = indexing.emit_reverse_sequence(low.kmod(), low.fname([node]), x.dtype, lens.dtype, x.shape,
+                                        node.attrs["batch_axis"], node.attrs["time_axis"])
+    _simple(low, node, fn, [low.val(x), low.val(lens)], x.type.size)
+def _lower_Resize(low: Lowering, node: Node) -> None:
+    """One resample step per resized axis (tables from the IR op's), through float32 (float64)
+    intermediates; no resized axis is a copy."""
+    x, out = node.inputs[0], node.outputs[0]
+    passes = tables_for(node.attrs, x.shape)
+    if not passes or out.type.size == 0:
+        _copies(low, node, [movement.plain_copy(out.shape)], [out], [x])
+        return
+    acc = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
+    src, shape = x, tuple(x.shape)
+    for k, (axis, idx, w, extrap) in enumerate(passes):
+        n_out = idx.shape[0]
+        new_shape = shape[:axis] + (n_out,) + shape[axis + 1:]
+        last = k == len(passes) - 1
+        dst = out if last else Value(f"{out.name}.resize{k}", TensorType(acc, new_shape), "node")
+        vw = low.vector_width
+        stride = -(-n_out // vw) * vw  # tap-major tables padded to whole vectors (index 0, weight 0)
+        tab_i = np.zeros((idx.shape[1], stride), np.int32)
+        tab_w = np.zeros((idx.shape[1], stride), acc)
+        tab_i[:, :n_out], tab_w[:, :n_out] = idx.T, w.T
+        fn = resize.emit_resample(low.kmod(), low.fname([node]), src.dtype, dst.dtype, shape, axis, n_out,
+                                  idx.shape[1], stride, extrap is not None, vw)
+        args = [low.val(dst), low.val(src), low.array(tab_i), low.array(tab_w)]
+        if extrap is not None:
+            bias = np.zeros(stride, acc)
+            bias[:n_out] = np.where(extrap, node.attrs["extrapolation_value"], 0.0)
+            args.append(low.array(bias))
+        low.add(Step(fn.name, fn, args, [dst], [node], work=float(dst.type.size * idx.shape[1])))
+        src, shape = dst, new_shape
+
+
 # The op -> kernel emitter table: every op the backend has a kernel for, besides elementwise groups
 # (fusion.py) and aliases (ALIAS_OPS).
 HEAVY = {
@@ -402,6 +502,16 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "Split": _lower_Split,
     "Pad": _lower_Pad,
     "Gather": _lower_Gather,
+    "GatherElements": _lower_GatherElements,
+    "GatherND": _lower_GatherND,
+    "ScatterND": _lower_ScatterND,
+    "ScatterElements": _lower_ScatterElements,
+    "CumSum": _lower_CumSum,
+    "CumProd": _lower_CumProd,
+    "TopK": _lower_TopK,
+    "OneHot": _lower_OneHot,
+    "ReverseSequence": _lower_ReverseSequence,
+    "Resize": _lower_Resize,
     "Conv": lower_heavy_node,
     "Gemm": lower_heavy_node,
     "FullyConnected": lower_heavy_node,

@@ -1,0 +1,189 @@
+"""ONNX → IR converters for resizing and the normalizations that are compositions of IR ops.
+
+Resize / Upsample resolve scales or sizes, axes, keep_aspect_ratio_policy and roi into the IR
+Resize's full-rank static attributes (glowpy/ir/ops/resize.py); opset differences live here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from glowpy.errors import InvalidModel
+from glowpy.importer.context import NodeContext
+from glowpy.importer.table import BOOL_INT, FLOAT, INT, INTS, Rule, one_of, onnx_op
+from glowpy.ir.graph import Value
+from glowpy.ir.ops.resize import COORDINATE_MODES
+
+FLOATS = Rule(lambda v: isinstance(v, list) and all(isinstance(x, float) for x in v), "a list of floats")
+
+# --- Resize / Upsample ----------------------------------------------------------------------------
+
+
+def _const_floats(ctx: NodeContext, i: int) -> tuple[float, ...] | None:
+    data = ctx.const(i)
+    if data is None or np.asarray(data).size == 0:
+        return None
+    return tuple(float(v) for v in np.asarray(data, dtype=np.float32).reshape(-1))
+
+
+def _emit_resize(ctx: NodeContext, x: Value, scales: tuple[float, ...] | None, sizes: tuple[int, ...] | None,
+                 roi: tuple[float, ...] | None, axes: tuple[int, ...] | None, attrs: dict) -> list[Value]:
+    r = x.type.rank
+    axes = tuple(range(r)) if axes is None else tuple(ctx.axis(a, r) for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ctx.unsupported("repeated axes", found=list(axes))
+    if (scales is None) == (sizes is None):
+        raise ctx.error(InvalidModel, "exactly one of scales and sizes must be given",
+                        found=f"scales {scales}, sizes {sizes}")
+    given = scales if scales is not None else sizes
+    if len(given) != len(axes):
+        raise ctx.error(InvalidModel, "scales / sizes need one entry per axis", expected=len(axes), found=len(given))
+    full_scales = [1.0] * r
+    full_sizes = list(x.shape)
+    if scales is not None:
+        if any(s <= 0 for s in scales):
+            raise ctx.unsupported("scales must be positive", found=list(scales))
+        for a, s in zip(axes, scales):
+            full_scales[a] = s
+            full_sizes[a] = int(np.float64(s) * x.shape[a])
+    else:
+        if any(x.shape[a] == 0 for a in axes):
+            raise ctx.unsupported("cannot resize an empty axis to a size", found=list(x.shape))
+        for a, n in zip(axes, sizes):
+            full_scales[a] = n / x.shape[a]
+            full_sizes[a] = n
+        policy = attrs.pop("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            pick = min if policy == "not_larger" else max
+            s = pick(full_scales[a] for a in axes)
+            for a in axes:
+                full_scales[a] = s
+                full_sizes[a] = int(s * x.shape[a] + 0.5)
+    attrs.pop("keep_aspect_ratio_policy", None)
+    full_roi: tuple[float, ...] = ()
+    if roi is not None and attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        if len(roi) != 2 * len(axes):
+            raise ctx.error(InvalidModel, "roi needs begin and end per axis", expected=2 * len(axes), found=len(roi))
+        lo, hi = [0.0] * r, [1.0] * r
+        for i, a in enumerate(axes):
+            lo[a], hi[a] = roi[i], roi[i + len(axes)]
+        full_roi = tuple(lo + hi)
+    return ctx.emit("Resize", [x], {"sizes": tuple(full_sizes), "scales": tuple(full_scales), "roi": full_roi,
+                                    **attrs})
+
+
+@onnx_op("Resize", since=10, const_inputs=(1, 2, 3),
+         attrs={"mode": one_of("nearest", "linear", "cubic"), "coordinate_transformation_mode": one_of(*COORDINATE_MODES),
+                "nearest_mode": one_of("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"),
+                "cubic_coeff_a": FLOAT, "exclude_outside": BOOL_INT, "extrapolation_value": FLOAT,
+                "antialias": BOOL_INT, "axes": INTS,
+                "keep_aspect_ratio_policy": one_of("stretch", "not_larger", "not_smaller")})
+def resize(ctx: NodeContext) -> list[Value]:
+    x = ctx.input(0)
+    mode = ctx.attr("mode")
+    if ctx.opset < 11:
+        if mode == "cubic":
+            raise ctx.unsupported("cubic mode needs opset 11", expected="nearest, linear", found=mode)
+        return _emit_resize(ctx, x, _const_floats(ctx, 1), None, None, None,
+                            {"mode": mode, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "simple"})
+    attrs = {k: ctx.attr(k) for k in ("mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
+                                      "exclude_outside", "extrapolation_value")}
+    if ctx.opset >= 18:
+        attrs["antialias"] = ctx.attr("antialias")
+        attrs["keep_aspect_ratio_policy"] = ctx.attr("keep_aspect_ratio_policy")
+    sizes = ctx.const_ints(3) if ctx.has_input(3) else None
+    if sizes is not None and not sizes:
+        sizes = None
+    axes = tuple(ctx.attr("axes")) if ctx.opset >= 18 and ctx.attr("axes") else None
+    return _emit_resize(ctx, x, _const_floats(ctx, 2), sizes, _const_floats(ctx, 1), axes, attrs)
+
+
+@onnx_op("Upsample", attrs={"mode": one_of("nearest", "linear"), "scales": FLOATS}, const_inputs=(1,))
+def upsample(ctx: NodeContext) -> list[Value]:
+    x = ctx.input(0)
+    scales = tuple(ctx.attr("scales")) if ctx.opset < 9 else _const_floats(ctx, 1)
+    if scales is None:
+        raise ctx.error(InvalidModel, "Upsample needs scales")
+    return _emit_resize(ctx, x, scales, None, None, None,
+                        {"mode": ctx.attr("mode"), "coordinate_transformation_mode": "asymmetric",
+                         "nearest_mode": "simple"})
+
+
+
+# --- normalizations composed of IR ops -----------------------------------------------------------
+
+
+def _channel_affine(ctx: NodeContext, y: Value, scale: Value, bias: Value | None, rank: int) -> Value:
+    """y * scale + bias with scale / bias (C,) broadcast over dim 1 of a rank-`rank` tensor."""
+    shape = (scale.shape[0],) + (1,) * (rank - 2)
+    y = ctx.emit1("Mul", [y, ctx.emit1("Reshape", [scale], {"shape": shape})])
+    if bias is not None:
+        y = ctx.emit1("Add", [y, ctx.emit1("Reshape", [bias], {"shape": shape})])
+    return y
+
+
+@onnx_op("InstanceNormalization", attrs={"epsilon": FLOAT})
+def instance_norm(ctx: NodeContext) -> list[Value]:
+    x, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    r = x.type.rank
+    if r < 3:
+        raise ctx.unsupported("InstanceNormalization needs N x C x spatial input", expected="rank >= 3", found=r)
+    c = x.shape[1]
+    if scale.shape != (c,) or bias.shape != (c,):
+        raise ctx.error(InvalidModel, "scale and B need one value per channel", expected=(c,),
+                        found=f"{scale.shape}, {bias.shape}")
+    # Normalize each (n, c) plane: a LayerNormalization over the spatial dims, then the channel affine.
+    one = ctx.constant(np.ones(1, dtype=x.dtype), "one")
+    y = ctx.emit1("LayerNormalization", [x, one], {"axis": 2, "epsilon": ctx.attr("epsilon")})
+    return [_channel_affine(ctx, y, scale, bias, r)]
+
+
+@onnx_op("GroupNormalization", attrs={"epsilon": FLOAT, "num_groups": INT,
+                                      "stash_type": one_of(1)}, since=18)
+def group_norm(ctx: NodeContext) -> list[Value]:
+    x, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    r = x.type.rank
+    g = ctx.attr("num_groups")
+    if g is None:
+        raise ctx.error(InvalidModel, "'num_groups' is required")
+    if r < 2 or g <= 0 or x.shape[1] % g:
+        raise ctx.unsupported("num_groups must divide the channels", expected=f"a divisor of {x.shape[1:2]}",
+                              found=g)
+    n, c = x.shape[:2]
+    # Opset 18 gives scale and bias per group, 21 per channel.
+    per = g if ctx.opset < 21 else c
+    if scale.shape != (per,) or bias.shape != (per,):
+        raise ctx.error(InvalidModel, "scale and bias have the wrong length", expected=(per,),
+                        found=f"{scale.shape}, {bias.shape}")
+    one = ctx.constant(np.ones(1, dtype=x.dtype), "one")
+    grouped = ctx.emit1("Reshape", [x], {"shape": (n, g, x.type.size // max(n * g, 1))})
+    y = ctx.emit1("LayerNormalization", [grouped, one], {"axis": 2, "epsilon": ctx.attr("epsilon")})
+    if per == g:  # per group: apply on the grouped view
+        y = _channel_affine(ctx, y, scale, bias, 3)
+        return ctx.emit("Reshape", [y], {"shape": x.shape})
+    y = ctx.emit1("Reshape", [y], {"shape": x.shape})
+    return [_channel_affine(ctx, y, scale, bias, r)]
+
+
+@onnx_op("RMSNormalization", attrs={"axis": INT, "epsilon": FLOAT, "stash_type": one_of(1)}, since=23)
+def rms_norm(ctx: NodeContext) -> list[Value]:
+    x, scale = ctx.input(0), ctx.input(1)
+    axis = ctx.axis(ctx.attr("axis"), x.type.rank)
+    axes = tuple(range(axis, x.type.rank))
+    ms = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [x, x])], {"axes": axes, "keepdims": 1})
+    eps = ctx.constant(np.array(ctx.attr("epsilon"), dtype=x.dtype), "epsilon")
+    y = ctx.emit1("Div", [x, ctx.emit1("Sqrt", [ctx.emit1("Add", [ms, eps])])])
+    return ctx.emit("Mul", [y, scale])
+
+
+@onnx_op("LpNormalization", attrs={"axis": INT, "p": one_of(1, 2)})
+def lp_norm(ctx: NodeContext) -> list[Value]:
+    x = ctx.input(0)
+    axis = ctx.axis(ctx.attr("axis"), x.type.rank)
+    if ctx.attr("p") == 1:
+        norm = ctx.emit1("ReduceSum", [ctx.emit1("Abs", [x])], {"axes": (axis,), "keepdims": 1})
+    else:
+        norm = ctx.emit1("Sqrt", [ctx.emit1("ReduceSum", [ctx.emit1("Mul", [x, x])], {"axes": (axis,), "keepdims": 1})])
+    zero = ctx.constant(np.zeros((), dtype=x.dtype), "zero")
+    # A zero norm gives 0, not 0 / 0 (onnx.reference, onnxruntime).
+    return ctx.emit("Where", [ctx.emit1("Equal", [norm, zero]), zero, ctx.emit1("Div", [x, norm])])
