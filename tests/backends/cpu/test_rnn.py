@@ -172,3 +172,16 @@ def test_float16_float64_compute_in_float32(dtype) -> None:
     for a, b in zip(got, want):
         assert a.dtype == b.dtype == dtype
         np.testing.assert_allclose(a, b, rtol=2e-3 if dtype == np.float16 else 1e-5, atol=2e-3 if dtype == np.float16 else 1e-6)
+
+
+def test_runtime_r_too_large_for_gather_indices() -> None:
+    """A runtime R is packed with 32-bit gathers: one of 2^31 elements or more is refused before codegen."""
+    from llvmlite import ir
+
+    from glowpy.backends.cpu.kernels.rnn import emit_rnn
+    from glowpy.errors import UnsupportedShape
+
+    with pytest.raises(UnsupportedShape, match="32-bit gather indices") as info:
+        emit_rnn(ir.Module(), "k", cell="LSTM", steps=1, batch=1, hidden=16384, directions=(False, True), layout=0,
+                 acts=(), clip=None, input_forget=0, linear_before_reset=0, r=None, vector_width=8)
+    assert "2147483648" in str(info.value)
