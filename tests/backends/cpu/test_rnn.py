@@ -12,7 +12,6 @@ import pytest
 from glowpy.backends.cpu import CpuBackend
 from glowpy.backends.cpu.target import isa_available
 from glowpy.backends.interpreter import InterpreterBackend
-from glowpy.errors import UnsupportedDatatype
 from glowpy.ir.graph import Graph
 from glowpy.ir.types import TensorType
 
@@ -66,10 +65,10 @@ def recurrent_graph(op: str, **kw) -> tuple[Graph, list[np.ndarray]]:
     return g, feeds
 
 
-def check(g: Graph, feeds: list[np.ndarray], isa: str = "host", what: str = "") -> None:
+def check(g: Graph, feeds: list[np.ndarray], isa: str = "host", what: str = "", threads: int = 1) -> None:
     if not isa_available(isa):
         pytest.fail(f"this host cannot run {isa} code")  # every x86 host of this project has AVX2
-    got = CpuBackend().compile(g, threads=1, isa=isa, cache=False).run(feeds)
+    got = CpuBackend().compile(g, threads=threads, isa=isa, cache=False).run(feeds)
     want = InterpreterBackend().compile(g).run(feeds)
     assert_close(got, want, what)
 
@@ -104,11 +103,11 @@ def build(configs: list[tuple[str, dict]]) -> tuple[Graph, list[np.ndarray]]:
 @pytest.mark.parametrize("isa", ISAS)
 def test_hidden_blocks_and_groups(isa: str) -> None:
     """Hidden sizes spanning several vector blocks (full groups, a remainder group, a partial vector),
-    batches of one to nine rows."""
+    batches of one to nine rows; two nodes of one configuration."""
     configs = [(op, {"steps": 4, "batch": batch, "size": 5, "hidden": hidden, "direction": "bidirectional"})
                for op, hidden, batch in (("LSTM", 40, 3), ("GRU", 56, 9), ("RNN", 72, 2), ("LSTM", 16, 1),
-                                         ("GRU", 8, 2), ("LSTM", 33, 7))]
-    check(*build(configs), isa)
+                                         ("GRU", 8, 2), ("LSTM", 33, 7), ("LSTM", 40, 3))]
+    check(*build(configs), isa)  # the two LSTMs of hidden 40 share one kernel, each with its own weights
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -161,7 +160,36 @@ def test_long_sequence_matches() -> None:
     check(g, feeds, "avx2")
 
 
-def test_float64_is_refused_with_reason() -> None:
-    g, feeds = recurrent_graph("GRU", steps=2, batch=1, size=2, hidden=3, dtype=np.float64)
-    with pytest.raises(UnsupportedDatatype, match="float32 only"):
-        CpuBackend().compile(g, threads=1, cache=False)
+def test_two_threads() -> None:
+    """An input wider than the hidden size: the projection GEMM runs on both threads, then the serial
+    recurrent step."""
+    g, feeds = recurrent_graph("GRU", steps=6, batch=3, size=96, hidden=40, direction="bidirectional", seed=8)
+    program = CpuBackend().build(g, threads=2)
+    assert [s.parallel for s in program.steps] == [True, False]
+    check(g, feeds, "host", threads=2)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_float16_float64_compute_in_float32(dtype) -> None:
+    """Operands converted to float32 around the kernel, outputs back; runtime and constant weights."""
+    g, feeds = Graph("rnns"), []
+    add_recurrent(g, feeds, "LSTM", steps=3, batch=2, size=4, hidden=9, direction="bidirectional", dtype=dtype)
+    add_recurrent(g, feeds, "GRU", steps=3, batch=2, size=4, hidden=9, const_weights=False, dtype=dtype, seed=1)
+    got = CpuBackend().compile(g, threads=1, cache=False).run(feeds)
+    want = InterpreterBackend().compile(g).run(feeds)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype == dtype
+        np.testing.assert_allclose(a, b, rtol=2e-3 if dtype == np.float16 else 1e-5, atol=2e-3 if dtype == np.float16 else 1e-6)
+
+
+def test_runtime_r_too_large_for_gather_indices() -> None:
+    """A runtime R is packed with 32-bit gathers: one of 2^31 elements or more is refused before codegen."""
+    from llvmlite import ir
+
+    from glowpy.backends.cpu.kernels.rnn import emit_rnn
+    from glowpy.errors import UnsupportedShape
+
+    with pytest.raises(UnsupportedShape, match="32-bit gather indices") as info:
+        emit_rnn(ir.Module(), "k", cell="LSTM", steps=1, batch=1, hidden=16384, directions=(False, True), layout=0,
+                 acts=(), clip=None, input_forget=0, linear_before_reset=0, r=None, vector_width=8)
+    assert "2147483648" in str(info.value)

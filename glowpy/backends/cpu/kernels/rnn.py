@@ -20,6 +20,7 @@ its state and writes no Y (Y is zeroed first); Y_h / Y_c are the final states, z
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
@@ -44,11 +45,14 @@ def _passes(cell: str, linear_before_reset: int) -> list[tuple[int, ...]]:
 
 
 def _blocking(gates: int, hidden: int, batch: int, vw: int) -> tuple[int, int]:
-    """(JB, MR): hidden blocks per tile and batch rows per tile, the accumulators fitting the register
-    file (32 vector registers on AVX-512, 16 below) with at least 8 independent fma chains when possible."""
-    budget = 26 if vw >= 16 else 12
+    """(JB, MR): hidden blocks per tile and batch rows per tile, with 8 independent fma chains per row
+    where the hidden size allows. AVX-512's 32 registers hold the accumulators, the tile's B vectors
+    and a broadcast (2 rows measured fastest at 4 gates x 2 blocks); on 16 registers the B loads fold
+    into the fma's and 12 accumulators fit (1 row measured fastest there)."""
     jb = max(1, min(math.ceil(hidden / vw), 8 // gates))
-    mr = max(1, min(batch, budget // (jb * gates)))
+    nv = jb * gates
+    budget = 32 - nv - 2 if vw >= 16 else 12
+    mr = max(1, min(batch, budget // nv))
     return jb, mr
 
 
@@ -107,12 +111,13 @@ def _act(vx: VecIR, x, spec: tuple[str, float | None, float | None]):
     if name == "Softsign":
         return m.div(x, m.add(m.const(1.0), vx.fabs(x)))
     if name == "Softplus":  # max(x, 0) + log(1 + exp(-|x|)): no overflow
-        log = vx._unary("log", m.add(m.const(1.0), m.exp(m.sub(zero, vx.fabs(x)))))
+        log_fn = vx.intrinsic(f"llvm.log.v{vx.vw}f32", vx.vty, [vx.vty])
+        log = vx.b.call(log_fn, [m.add(m.const(1.0), m.exp(m.sub(zero, vx.fabs(x))))])
         return m.add(vx.fmax(x, zero), log)
     raise UnsupportedAttribute("no CPU code for this recurrent activation", expected="the ONNX list", found=name)
 
 
-def emit_rnn(module: ir.Module, name: str, *, cell: str, steps: int, batch: int, size: int, hidden: int,
+def emit_rnn(module: ir.Module, name: str, *, cell: str, steps: int, batch: int, hidden: int,
              directions: tuple[bool, ...], layout: int, acts: tuple, clip: float | None, input_forget: int,
              linear_before_reset: int, r: np.ndarray | None, vector_width: int) -> KernelInfo:
     """void name(y, y_h, y_c, xw, r, b, seq, h0, c0, p, scratch, [packed Rᵀ], tid, nthreads).
@@ -120,190 +125,228 @@ def emit_rnn(module: ir.Module, name: str, *, cell: str, steps: int, batch: int,
     `directions` holds, per direction, whether it runs backward; `acts` the (name, alpha, beta) triples
     of each direction; `r` the constant R [D, G*H, H] (packed here) or None (read from the `r` argument
     and packed into scratch once per run). Runs on thread 0 (serial step)."""
-    vw = vector_width
-    G, H, T, N, D = GATES[cell], hidden, steps, batch, len(directions)
-    GH = G * H
-    nhb = math.ceil(H / vw)
-    hp_ = nhb * vw  # padded row of a state buffer
-    passes = _passes(cell, linear_before_reset)
-    pass_size = [nhb_size(H, vw, len(g)) for g in passes]
-    dir_size = sum(pass_size)
-    if D * GH * H >= 1 << 31 or T * N * D * GH >= 1 << 62:
+    k = _Kernel(cell=cell, steps=steps, batch=batch, hidden=hidden, dirs=len(directions), layout=layout,
+                clip=clip, input_forget=input_forget, lbr=linear_before_reset, vw=vector_width)
+    if r is None and k.D * k.GH * k.H >= 1 << 31:
         raise UnsupportedShape("recurrent weights too large for 32-bit gather indices", expected="< 2^31",
-                               found=D * GH * H)
+                               found=k.D * k.GH * k.H)
     packed = []
     if r is not None:
-        packed.append(pack_recurrent(r, cell=cell, hidden=H, linear_before_reset=linear_before_reset,
-                                     vector_width=vw))
-    two_pass = len(passes) == 2
-    bufs = 3 + (2 if two_pass else 0)  # h, h', c [, z, r ⊙ h]
-    scratch_floats = bufs * N * hp_ + (D * dir_size if r is None else 0)
+        packed.append(pack_recurrent(r, cell=cell, hidden=hidden, linear_before_reset=linear_before_reset,
+                                     vector_width=vector_width))
     params = [(n, PTR) for n in ARG_NAMES] + [(f"packed{i}", PTR) for i in range(len(packed))]
     params += [("tid", I32), ("nthreads", I32)]
     fn, b = U.new_function(module, name, params)
     fn.attributes.add("nounwind")
-    y, y_h, y_c, xw, r_rt, bias, seq, h0, c0, peep, scratch = fn.args[:11]
-    tid = fn.args[-2]
-    vx = VecIR(module, b, vw)
-    i64 = U.i64
-
-    with U.if_then(b, b.icmp_signed("==", tid, U.i32(0)), "main"):
-        raw = b.ptrtoint(scratch, I64)
-        base = b.inttoptr(b.and_(b.add(raw, i64(63)), i64(~63)), PTR, name="scratch.al")
-        buf = [vx.gep(base, i * N * hp_, name=f"buf{i}") for i in range(bufs)]
-        rpack = fn.args[11] if packed else vx.gep(base, bufs * N * hp_, name="rpack")
-        memset = U.declare(module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, U.I8, I64, U.I1])
-        b.call(memset, [y, ir.Constant(U.I8, 0), i64(T * D * N * H * 4), ir.Constant(U.I1, 0)])
-        if r is None:
-            _pack_runtime(vx, r_rt, rpack, passes, G, H, D, dir_size)
-
-        # sequence length of each entry, clamped to [0, T]
-        def length(n):
-            v = b.sext(b.load(b.gep(seq, [n], source_etype=I32), typ=I32), I64)
-            v = b.select(b.icmp_signed("<", v, i64(0)), i64(0), v)
-            return imin(b, v, i64(T), name="len")
-
-        def state_off(d: int, n):
-            return vx.off((n, D * H), d * H) if layout else vx.off((n, H), d * N * H)
-
-        def lanes_mask(lanes: int):
-            return vx.lane_mask(lanes) if lanes else None
-
-        for d, backward in enumerate(directions):
-            rdir = vx.gep(rpack, d * dir_size, name=f"rdir{d}")
-            bw, br = vx.gep(bias, d * 2 * GH), vx.gep(bias, d * 2 * GH + GH)
-            act = acts[d]
-            # initial state into the padded buffers
-            with U.for_range(b, 0, N, f"init{d}") as n, U.for_range(b, 0, H, f"init{d}.j") as j:
-                src = vx.off(state_off(d, n), j)
-                dst = vx.off((n, hp_), j)
-                b.store(b.load(vx.gep(h0, src), typ=U.F32), vx.gep(buf[0], dst))
-                if cell == "LSTM":
-                    b.store(b.load(vx.gep(c0, src), typ=U.F32), vx.gep(buf[2], dst))
-
-            lp = Loop(vx, f"step{d}", 0, T, carried=[buf[0], buf[1]])
-            s = lp.i
-            h_prev, h_next = lp.vals
-            for pi, gates in enumerate(passes):
-                gp = len(gates)
-                jb, mr = _blocking(gp, H, N, vw)
-                rbase = vx.gep(rdir, sum(pass_size[:pi]))
-                a_buf = buf[4] if pi == 1 else h_prev
-
-                def group(r0, rows: int, hb0, jbc: int, lanes: int, gates=gates, gp=gp, rbase=rbase,
-                          a_buf=a_buf, pi=pi, d=d, backward=backward, act=act, bw=bw, br=br,
-                          h_prev=h_prev, h_next=h_next, s=s) -> None:
-                    acc = emit_tile(vx, mr=rows, nv=jbc * gp, kc=H, a_ptr=vx.gep(a_buf, vx.off((r0, hp_))),
-                                    a_rs=hp_, a_ks=1, b_ptr=vx.gep(rbase, vx.off((hb0, H * gp * vw))),
-                                    b_ks=jbc * gp * vw, name="rec")
-                    for rr in range(rows):
-                        n = vx.off(r0, rr)
-                        ln = length(n)
-                        active = b.icmp_signed("<", s, ln, name="active")
-                        t = b.sub(b.sub(ln, i64(1)), s) if backward else s
-                        t = b.select(active, t, i64(0), name="t")
-                        xrow = vx.off((n, T * D * GH), (t, D * GH)) if layout else vx.off((t, N * D * GH),
-                                                                                         (n, D * GH))
-                        xrow = vx.gep(xw, vx.off(xrow, d * GH))
-                        yrow = vx.off((n, T * D * H), (t, D * H), d * H) if layout else \
-                            vx.off((t, D * N * H), d * N * H, (n, H))
-                        for j in range(jbc):
-                            mask = lanes_mask(lanes)
-                            j0 = vx.off((vx.off(hb0, j), vw))
-                            st = vx.off((n, hp_), j0)
-                            accs = {g: acc[rr][j * gp + k] for k, g in enumerate(gates)}
-                            _gate_math(vx, cell, pi, accs, act=act, clip=clip, input_forget=input_forget,
-                                       lbr=linear_before_reset, mask=mask, j0=j0, H=H, st=st, xrow=xrow,
-                                       bw=bw, br=br, peep=vx.gep(peep, d * 3 * H), h_prev=h_prev,
-                                       h_next=h_next, bufs=buf, active=active, yptr=vx.gep(y, yrow))
-
-                def row_block(r0, rows: int, group=group, jb=jb) -> None:
-                    nfg, rem, part = _groups(H, vw, jb)
-                    if nfg:
-                        g_lp = Loop(vx, "grp", 0, nfg)
-                        group(r0, rows, b.mul(g_lp.i, i64(jb)), jb, 0)
-                        g_lp.close()
-                    if rem:
-                        group(r0, rows, i64(nfg * jb), rem, 0)
-                    if part:
-                        group(r0, rows, i64(H // vw), 1, part)
-
-                mfull, edge = divmod(N, mr)
-                if mfull:
-                    r_lp = Loop(vx, "rows", 0, mfull)
-                    row_block(b.mul(r_lp.i, i64(mr)), mr)
-                    r_lp.close()
-                if edge:
-                    row_block(i64(mfull * mr), edge)
-            h_fin, _ = lp.close([h_next, h_prev])
-
-            # final states: zero for an entry that ran no step
-            with U.for_range(b, 0, N, f"final{d}") as n:
-                ran = b.icmp_signed(">", length(n), i64(0))
-                with U.for_range(b, 0, H, f"final{d}.j") as j:
-                    dst = vx.off(state_off(d, n), j)
-                    src = vx.off((n, hp_), j)
-                    zero = ir.Constant(U.F32, 0.0)
-                    b.store(b.select(ran, b.load(vx.gep(h_fin, src), typ=U.F32), zero), vx.gep(y_h, dst))
-                    if cell == "LSTM":
-                        b.store(b.select(ran, b.load(vx.gep(buf[2], src), typ=U.F32), zero), vx.gep(y_c, dst))
+    k.emit(VecIR(module, b, vector_width), fn.args, directions, acts, packed=bool(packed))
     b.ret_void()
+    scratch_floats = k.nbufs * k.N * k.HP + (k.D * k.dir_size if r is None else 0)
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_floats * 4 + 64)
 
 
-def _gate_math(vx: VecIR, cell: str, pi: int, accs: dict, *, act, clip, input_forget, lbr, mask, j0, H, st,
-               xrow, bw, br, peep, h_prev, h_next, bufs, active, yptr) -> None:
-    """The gates of one vector of hidden units of one batch row, from the recurrent accumulators."""
-    b = vx.b
+def _walk_groups(vx: VecIR, hidden: int, jb: int, body) -> None:
+    """body(first hidden block (i64), blocks in the group, lanes of a partial block or 0) per group, in
+    the order of _static_groups: the full groups as one loop, the remainder and partial groups after."""
+    nfg, rem, part = _groups(hidden, vx.vw, jb)
+    if nfg:
+        lp = Loop(vx, "grp", 0, nfg)
+        body(vx.b.mul(lp.i, U.i64(jb)), jb, 0)
+        lp.close()
+    if rem:
+        body(U.i64(nfg * jb), rem, 0)
+    if part:
+        body(U.i64(hidden // vx.vw), 1, part)
 
-    def ld(ptr, g, m=mask):
-        return vx.load(vx.gep(ptr, vx.off(j0, g * H)), m)
 
-    def x_of(g):  # this step's input projection + Wb
-        return vx.fadd(ld(xrow, g), ld(bw, g))
+class _Kernel:
+    """The shapes and options of one recurrent kernel, and its code: emit() writes the function body."""
 
-    def pre(g):  # + R h + Rb
-        return vx.fadd(x_of(g), vx.fadd(accs[g], ld(br, g)))
+    def __init__(self, *, cell: str, steps: int, batch: int, hidden: int, dirs: int, layout: int, clip, input_forget,
+                 lbr: int, vw: int) -> None:
+        self.cell, self.T, self.N, self.H, self.D = cell, steps, batch, hidden, dirs
+        self.G = GATES[cell]
+        self.GH = self.G * hidden
+        self.layout, self.clip, self.input_forget, self.lbr, self.vw = layout, clip, input_forget, lbr, vw
+        self.HP = math.ceil(hidden / vw) * vw  # padded row of a state buffer
+        self.passes = _passes(cell, lbr)
+        self.pass_size = [nhb_size(hidden, vw, len(g)) for g in self.passes]
+        self.dir_size = sum(self.pass_size)
+        self.nbufs = 3 + (2 if len(self.passes) == 2 else 0)  # h, h', c [, z, r ⊙ h]
 
-    def cl(v):
-        if clip is None:
-            return v
-        return vx.fmin(vx.fmax(v, vx.fconst(-clip)), vx.fconst(clip))
+    def emit(self, vx: VecIR, args, directions: tuple[bool, ...], acts: tuple, packed: bool) -> None:
+        b, i64 = vx.b, U.i64
+        T, N, H, D, HP = self.T, self.N, self.H, self.D, self.HP
+        self.vx = vx
+        y, y_h, y_c, xw, r_rt, bias, seq, h0, c0, peep, scratch = args[:11]
+        self.y, self.xw, self.seq, self.bias, self.peep = y, xw, seq, bias, peep
+        with U.if_then(b, b.icmp_signed("==", args[-2], U.i32(0)), "main"):
+            raw = b.ptrtoint(scratch, I64)
+            base = b.inttoptr(b.and_(b.add(raw, i64(63)), i64(~63)), PTR, name="scratch.al")
+            self.bufs = [vx.gep(base, i * N * HP, name=f"buf{i}") for i in range(self.nbufs)]
+            rpack = args[11] if packed else vx.gep(base, self.nbufs * N * HP, name="rpack")
+            memset = U.declare(vx.m, "llvm.memset.p0.i64", ir.VoidType(), [PTR, U.I8, I64, U.I1])
+            b.call(memset, [y, ir.Constant(U.I8, 0), i64(T * D * N * H * 4), ir.Constant(U.I1, 0)])
+            if not packed:
+                _pack_runtime(vx, r_rt, rpack, self.passes, self.G, H, D, self.dir_size)
+            for d, backward in enumerate(directions):
+                self._direction(d, backward, acts[d], vx.gep(rpack, d * self.dir_size, name=f"rdir{d}"), h0, c0,
+                                y_h, y_c)
 
-    def f(k, v):
-        return _act(vx, v, act[k])
+    def _length(self, n):
+        """sequence_lens[n] clamped to [0, T]."""
+        b = self.vx.b
+        v = b.sext(b.load(b.gep(self.seq, [n], source_etype=I32), typ=I32), I64)
+        v = b.select(b.icmp_signed("<", v, U.i64(0)), U.i64(0), v)
+        return imin(b, v, U.i64(self.T), name="len")
 
-    hp = vx.load(vx.gep(h_prev, st))
-    one = vx.fconst(1.0)
-    if cell == "GRU" and not lbr and pi == 0:
-        z = f(0, cl(pre(0)))
-        rg = f(0, cl(pre(1)))
-        vx.store(z, vx.gep(bufs[3], st))
-        vx.store(vx.fmul(rg, hp), vx.gep(bufs[4], st))
-        return
-    c_new = None
-    if cell == "LSTM":
-        cp = vx.load(vx.gep(bufs[2], st))
-        i = f(0, cl(vx.fadd(pre(0), vx.fmul(ld(peep, 0), cp))))
-        fg = vx.fsub(one, i) if input_forget else f(0, cl(vx.fadd(pre(2), vx.fmul(ld(peep, 2), cp))))
-        c_new = vx.fadd(vx.fmul(fg, cp), vx.fmul(i, f(1, cl(pre(3)))))
-        o = f(0, cl(vx.fadd(pre(1), vx.fmul(ld(peep, 1), c_new))))
-        h_new = vx.fmul(o, f(2, c_new))
-        vx.store(b.select(active, c_new, cp), vx.gep(bufs[2], st))
-    elif cell == "RNN":
-        h_new = f(0, cl(pre(0)))
-    else:
-        if lbr:
-            z = f(0, cl(pre(0)))
-            rg = f(0, cl(pre(1)))
-            cand = f(1, cl(vx.fadd(x_of(2), vx.fmul(rg, vx.fadd(accs[2], ld(br, 2))))))
+    def _state_off(self, d: int, n):
+        vx, N, H, D = self.vx, self.N, self.H, self.D
+        return vx.off((n, D * H), d * H) if self.layout else vx.off((n, H), d * N * H)
+
+    def _direction(self, d: int, backward: bool, act, rdir, h0, c0, y_h, y_c) -> None:
+        vx, b = self.vx, self.vx.b
+        N, H, HP, lstm = self.N, self.H, self.HP, self.cell == "LSTM"
+        h_buf, h_buf2, c_buf = self.bufs[:3]
+        # the initial state into the padded buffers
+        with U.for_range(b, 0, N, f"init{d}") as n, U.for_range(b, 0, H, f"init{d}.j") as j:
+            src, dst = vx.off(self._state_off(d, n), j), vx.off((n, HP), j)
+            b.store(b.load(vx.gep(h0, src), typ=U.F32), vx.gep(h_buf, dst))
+            if lstm:
+                b.store(b.load(vx.gep(c0, src), typ=U.F32), vx.gep(c_buf, dst))
+        lp = Loop(vx, f"step{d}", 0, self.T, carried=[h_buf, h_buf2])
+        step = _Step(d=d, backward=backward, act=act, s=lp.i, h_prev=lp.vals[0], h_next=lp.vals[1],
+                     bw=vx.gep(self.bias, d * 2 * self.GH), br=vx.gep(self.bias, d * 2 * self.GH + self.GH),
+                     peep=vx.gep(self.peep, d * 3 * H))
+        for pi, gates in enumerate(self.passes):
+            self._pass(step, pi, gates, vx.gep(rdir, sum(self.pass_size[:pi])))
+        h_fin, _ = lp.close([step.h_next, step.h_prev])
+        # the final states: zero for an entry that ran no step
+        zero = ir.Constant(U.F32, 0.0)
+        with U.for_range(b, 0, N, f"final{d}") as n:
+            ran = b.icmp_signed(">", self._length(n), U.i64(0))
+            with U.for_range(b, 0, H, f"final{d}.j") as j:
+                dst, src = vx.off(self._state_off(d, n), j), vx.off((n, HP), j)
+                b.store(b.select(ran, b.load(vx.gep(h_fin, src), typ=U.F32), zero), vx.gep(y_h, dst))
+                if lstm:
+                    b.store(b.select(ran, b.load(vx.gep(c_buf, src), typ=U.F32), zero), vx.gep(y_c, dst))
+
+    def _pass(self, step: _Step, pi: int, gates: tuple[int, ...], rbase) -> None:
+        """One recurrent product and its gate math, for every row block and hidden group."""
+        vx, b = self.vx, self.vx.b
+        H, HP, gp = self.H, self.HP, len(gates)
+        jb, mr = _blocking(gp, H, self.N, vx.vw)
+        a_buf = self.bufs[4] if pi == 1 else step.h_prev
+
+        def group(r0, rows: int, hb0, jbc: int, lanes: int) -> None:
+            acc = emit_tile(vx, mr=rows, nv=jbc * gp, kc=H, a_ptr=vx.gep(a_buf, vx.off((r0, HP))), a_rs=HP, a_ks=1,
+                            b_ptr=vx.gep(rbase, vx.off((hb0, H * gp * vx.vw))), b_ks=jbc * gp * vx.vw, name="rec")
+            for rr in range(rows):
+                row = self._row(step, vx.off(r0, rr))
+                for j in range(jbc):
+                    j0 = vx.off((vx.off(hb0, j), vx.vw))
+                    accs = {g: acc[rr][j * gp + k] for k, g in enumerate(gates)}
+                    self._gates(step, pi, row, accs, j0, vx.lane_mask(lanes) if lanes else None)
+
+        def row_block(r0, rows: int) -> None:
+            _walk_groups(vx, H, jb, lambda hb0, jbc, lanes: group(r0, rows, hb0, jbc, lanes))
+
+        mfull, edge = divmod(self.N, mr)
+        if mfull:
+            r_lp = Loop(vx, "rows", 0, mfull)
+            row_block(b.mul(r_lp.i, U.i64(mr)), mr)
+            r_lp.close()
+        if edge:
+            row_block(U.i64(mfull * mr), edge)
+
+    def _row(self, step: _Step, n) -> _Row:
+        """Batch row n at this step: whether it is active, its XW row and its Y row."""
+        vx, b = self.vx, self.vx.b
+        T, N, D, GH, H = self.T, self.N, self.D, self.GH, self.H
+        ln = self._length(n)
+        active = b.icmp_signed("<", step.s, ln, name="active")
+        t = b.sub(b.sub(ln, U.i64(1)), step.s) if step.backward else step.s
+        t = b.select(active, t, U.i64(0), name="t")
+        if self.layout:
+            xrow, yrow = vx.off((n, T * D * GH), (t, D * GH)), vx.off((n, T * D * H), (t, D * H), step.d * H)
         else:
-            z = vx.load(vx.gep(bufs[3], st))
-            cand = f(1, cl(pre(2)))
-        h_new = vx.fadd(vx.fmul(vx.fsub(one, z), cand), vx.fmul(z, hp))
-    vx.store(b.select(active, h_new, hp), vx.gep(h_next, st))
-    with U.if_then(b, active, "emit"):
-        vx.store(h_new, vx.gep(yptr, j0), mask)
+            xrow, yrow = vx.off((t, N * D * GH), (n, D * GH)), vx.off((t, D * N * H), step.d * N * H, (n, H))
+        return _Row(n=n, active=active, xrow=vx.gep(self.xw, vx.off(xrow, step.d * GH)), y=vx.gep(self.y, yrow))
+
+    def _gates(self, step: _Step, pi: int, row: _Row, accs: dict, j0, mask) -> None:
+        """The gates of one vector of hidden units (from j0) of one batch row, from its accumulators."""
+        vx, b, H = self.vx, self.vx.b, self.H
+        st = vx.off((row.n, self.HP), j0)
+        bufs = self.bufs
+
+        def ld(ptr, g):
+            return vx.load(vx.gep(ptr, vx.off(j0, g * H)), mask)
+
+        def x_of(g):  # this step's input projection + Wb
+            return vx.fadd(ld(row.xrow, g), ld(step.bw, g))
+
+        def pre(g):  # + R h + Rb
+            return vx.fadd(x_of(g), vx.fadd(accs[g], ld(step.br, g)))
+
+        def cl(v):
+            if self.clip is None:
+                return v
+            return vx.fmin(vx.fmax(v, vx.fconst(-self.clip)), vx.fconst(self.clip))
+
+        def f(k, v):
+            return _act(vx, v, step.act[k])
+
+        hp = vx.load(vx.gep(step.h_prev, st))
+        one = vx.fconst(1.0)
+        if self.cell == "GRU" and not self.lbr and pi == 0:
+            z, rg = f(0, cl(pre(0))), f(0, cl(pre(1)))
+            vx.store(z, vx.gep(bufs[3], st))
+            vx.store(vx.fmul(rg, hp), vx.gep(bufs[4], st))
+            return
+        if self.cell == "LSTM":
+            cp = vx.load(vx.gep(bufs[2], st))
+            i = f(0, cl(vx.fadd(pre(0), vx.fmul(ld(step.peep, 0), cp))))
+            fg = vx.fsub(one, i) if self.input_forget else f(0, cl(vx.fadd(pre(2), vx.fmul(ld(step.peep, 2), cp))))
+            c_new = vx.fadd(vx.fmul(fg, cp), vx.fmul(i, f(1, cl(pre(3)))))
+            o = f(0, cl(vx.fadd(pre(1), vx.fmul(ld(step.peep, 1), c_new))))
+            h_new = vx.fmul(o, f(2, c_new))
+            vx.store(b.select(row.active, c_new, cp), vx.gep(bufs[2], st))
+        elif self.cell == "RNN":
+            h_new = f(0, cl(pre(0)))
+        else:
+            if self.lbr:
+                z, rg = f(0, cl(pre(0))), f(0, cl(pre(1)))
+                cand = f(1, cl(vx.fadd(x_of(2), vx.fmul(rg, vx.fadd(accs[2], ld(step.br, 2))))))
+            else:
+                z = vx.load(vx.gep(bufs[3], st))
+                cand = f(1, cl(pre(2)))
+            h_new = vx.fadd(vx.fmul(vx.fsub(one, z), cand), vx.fmul(z, hp))
+        vx.store(b.select(row.active, h_new, hp), vx.gep(step.h_next, st))
+        with U.if_then(b, row.active, "emit"):
+            vx.store(h_new, vx.gep(row.y, j0), mask)
+
+
+@dataclass
+class _Step:
+    """One time step of one direction: its index, state buffers, and this direction's biases, peepholes
+    and activation functions."""
+
+    d: int
+    backward: bool
+    act: tuple
+    s: ir.Value
+    h_prev: ir.Value
+    h_next: ir.Value
+    bw: ir.Value
+    br: ir.Value
+    peep: ir.Value
+
+
+@dataclass
+class _Row:
+    n: ir.Value
+    active: ir.Value
+    xrow: ir.Value
+    y: ir.Value
 
 
 def _pack_runtime(vx: VecIR, r, dst, passes, G: int, H: int, D: int, dir_size: int) -> None:
@@ -329,17 +372,10 @@ def _pack_runtime(vx: VecIR, r, dst, passes, G: int, H: int, D: int, dir_size: i
                         vx.store(val, vx.gep(gdst, (j * gp + gi) * vw))
                 k_lp.close()
 
-            nfg, rem, part = _groups(H, vw, jb)
-            if nfg:
-                g_lp = Loop(vx, "pack.grp", 0, nfg)
-                group(b.mul(g_lp.i, U.i64(jb)), jb, 0)
-                g_lp.close()
-            if rem:
-                group(U.i64(nfg * jb), rem, 0)
-            if part:
-                group(U.i64(H // vw), 1, part)
+            _walk_groups(vx, H, jb, group)
             at += nhb_size(H, vw, gp)
 
 
 def nhb_size(hidden: int, vw: int, gates: int) -> int:
+    """Floats of one direction's packed Rᵀ for a pass of `gates` gates."""
     return math.ceil(hidden / vw) * vw * hidden * gates
