@@ -24,7 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto, helper
+from onnx import (
+    AttributeProto,
+    GraphProto,
+    ModelProto,
+    NodeProto,
+    TensorProto,
+    TypeProto,
+    ValueInfoProto,
+    helper,
+)
 
 from glowpy.errors import (
     GlowpyError,
