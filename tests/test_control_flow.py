@@ -273,3 +273,22 @@ def test_body_output_of_sequence_type_is_refused_with_reason():
     with pytest.raises(GlowpyError, match="SequenceConstruct"):
         import_model(m)
     assert "SequenceConstruct" in glowpy.check(m, "cpu").reason
+
+
+def test_partition_sees_body_reads_and_reports_body_nodes():
+    m = if_model()
+    m.graph.node.append(h.make_node("Neg", ["x"], ["unused"]))
+    next(a for a in m.graph.node[1].attribute if a.name == "else_branch").g.node[0].op_type = "NoSuchOp"
+    p = glowpy.partition(m, "cpu")
+    assert [n.op_type for n in p.host_nodes] == ["If"]
+    host = p.to_dict()["host_nodes"][0]
+    assert {"name": "choose/else_branch/e", "op": "NoSuchOp", "status": "UNSUPPORTED_OPERATOR"} in host["body"]
+    assert any("body node 'choose/else_branch/e' (NoSuchOp)" in line for line in p.describe())
+    # w (Relu) is read by the If's then_branch only: its subgraph must export it
+    relu = next(s for s in p.subgraphs if any(n.op_type == "Relu" for n in s.graph.node))
+    assert "w" in [o.name for o in relu.graph.output]
+
+    m = if_model()  # all supported: one subgraph holds the Relu and the If that reads w
+    p = glowpy.partition(m, "cpu")
+    assert len(p.subgraphs) == 1 and not p.host_nodes
+    assert sorted(i.name for i in p.subgraphs[0].graph.input) == ["c", "x"]
