@@ -292,3 +292,27 @@ def test_partition_sees_body_reads_and_reports_body_nodes():
     p = glowpy.partition(m, "cpu")
     assert len(p.subgraphs) == 1 and not p.host_nodes
     assert sorted(i.name for i in p.subgraphs[0].graph.input) == ["c", "x"]
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_zoo_conv_lstm_if_runs_on_the_interpreter(exporter):
+    """The zoo model with a conv front end, an LSTM and an If on an input flag matches onnxruntime (on cpu
+    it also needs an LSTM kernel: tests/zoo/expected.json records where it stops)."""
+    from tests.zoo.harness import mismatches, realized
+
+    m = realized(f"conv_lstm_if.{exporter}")
+    assert mismatches(m, glowpy.compile(m, backend="interpreter")) == []
+    assert any(n.op_type == "If" for n in m.graph.node)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("build", [lambda: loop_model(None, scan=False), lambda: loop_model(4, inner_if=True),
+                                   lambda: scan_model(16, 1, 1, -1, 1), lambda: if_model(else_shape=(1, 3))])
+def test_check_agrees_with_compile(backend, build):
+    m = build()
+    try:
+        glowpy.compile(m, backend=backend)
+        compiled = True
+    except GlowpyError:
+        compiled = False
+    assert glowpy.check(m, backend).supported == compiled
