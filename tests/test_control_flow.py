@@ -316,3 +316,31 @@ def test_check_agrees_with_compile(backend, build):
     except GlowpyError:
         compiled = False
     assert glowpy.check(m, backend).supported == compiled
+
+
+def heavy_if_model() -> onnx.ModelProto:
+    """then: two MatMuls and a Relu; else: a Sigmoid (fused with the select)."""
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((32, 32)).astype(np.float32) / 8, "W")
+    then = h.make_graph([h.make_node("MatMul", ["x", "W"], ["a"]), h.make_node("MatMul", ["a", "W"], ["b"]),
+                         h.make_node("Relu", ["b"], ["t"])], "then", [], [vi("t", F, [32, 32])])
+    other = h.make_graph([h.make_node("Sigmoid", ["x"], ["e"])], "else", [], [vi("e", F, [32, 32])])
+    return model([h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                 [vi("x", F, [32, 32]), vi("c", T.BOOL, [])], [vi("y", F, [32, 32])], inits=[w])
+
+
+def test_cpu_skips_the_branch_not_taken_inside_the_native_call():
+    from glowpy.backends.cpu import codegen
+    from glowpy.backends.cpu.target import host_target
+
+    m = heavy_if_model()
+    program = codegen.build(optimized_graph(m, "cpu"), host_target(), nthreads=2)
+    guarded = {s.name.split(".")[1]: s.guard for s in program.steps if s.fn is not None}
+    assert guarded["MatMul"] is not None and guarded["MatMul"][0].name == "c" and guarded["MatMul"][1] is True
+    assert guarded["Sigmoid"] is None  # fused with the Where: runs either way
+    assert "guard0.then:" in program.ir_text
+    x = np.random.default_rng(2).standard_normal((32, 32)).astype(np.float32)
+    for threads in (1, 2):
+        compiled = glowpy.compile(m, backend="cpu", threads=threads)
+        for c in (True, False, True):
+            want = ReferenceEvaluator(m).run(None, {"x": x, "c": np.array(c)})[0]
+            np.testing.assert_allclose(compiled.run({"x": x, "c": np.array(c)})["y"], want, rtol=1e-4, atol=1e-5)
