@@ -113,11 +113,14 @@ def _unrolled(ctx: NodeContext, m: Value | None, cond: Value, carried: list[Valu
     return [*carried, *stacked]
 
 
-@onnx_op("Scan", since=9, dtypes=ALL_TYPES, max_outputs=MANY,
+@onnx_op("Scan", since=8, dtypes=ALL_TYPES, max_outputs=MANY,
          attrs={"body": GRAPH, "num_scan_inputs": POSITIVE, "scan_input_directions": DIRECTIONS,
-                "scan_output_directions": DIRECTIONS, "scan_input_axes": INTS, "scan_output_axes": INTS})
+                "scan_output_directions": DIRECTIONS, "scan_input_axes": INTS, "scan_output_axes": INTS,
+                "directions": DIRECTIONS})
 def convert_scan(ctx: NodeContext) -> list[Value]:
-    """Scan-9/11/16 (Scan-8, with a batch dim and sequence_lens, has no row): negative axes resolved."""
+    """Scan-9/11/16 with negative axes resolved; Scan-8 (a batch dim) as one Scan per batch entry."""
+    if ctx.opset < 9:
+        return _scan8(ctx)
     m = ctx.attr("num_scan_inputs")
     xs = ctx.inputs()
     n = len(xs) - m
@@ -145,3 +148,41 @@ def convert_scan(ctx: NodeContext) -> list[Value]:
         "body": body.graph, "num_scan_inputs": m, "scan_input_directions": tuple(in_dirs),
         "scan_output_directions": tuple(out_dirs), "scan_input_axes": tuple(in_axes),
         "scan_output_axes": tuple(a % r for a, r in zip(out_axes, ranks))})
+
+
+def _take(ctx: NodeContext, x: Value, b: int) -> Value:
+    """Entry b of x's first (batch) dim, without that dim."""
+    s = ctx.emit1("Slice", [x], {"starts": (b,), "ends": (b + 1,), "axes": (0,), "steps": (1,)})
+    return ctx.emit1("Reshape", [s], {"shape": x.shape[1:]})
+
+
+def _scan8(ctx: NodeContext) -> list[Value]:
+    """Scan-8: states (batch, ...) and scan inputs (batch, sequence, ...); sequence_lens, when given, must
+    be the full length (shorter sequences would give outputs of ragged length)."""
+    m = ctx.attr("num_scan_inputs")
+    xs = [ctx.input(i) for i in range(1, ctx.num_inputs)]
+    n = len(xs) - m
+    if n < 0 or m < 1:
+        raise ctx.unsupported("num_scan_inputs exceeds the inputs", expected=f"at most {len(xs)}", found=m)
+    states, scans = xs[:n], xs[n:]
+    dirs = tuple(ctx.attr("directions") or [0] * m)
+    if len(dirs) != m:
+        raise ctx.unsupported("directions needs one entry per scan input", expected=m, found=len(dirs))
+    batch, length = scans[0].shape[0], scans[0].shape[1]
+    if ctx.has_input(0):
+        lens = ctx.known(0)
+        if lens is None or not np.all(np.asarray(lens) == length):
+            raise ctx.error(UnsupportedShape, "Scan-8 sequence_lens must be known and equal to the full sequence "
+                                              "length (outputs of ragged length have no static shape)",
+                            expected=f"all {length}", found="a run-time value" if lens is None else list(lens))
+    elems = [TensorType(x.dtype, x.shape[2:]) for x in scans]
+    body = ctx.body("body", [*(TensorType(v.dtype, v.shape[1:]) for v in states), *elems])
+    k = len(body.graph.outputs) - n
+    attrs = {"body": body.graph, "num_scan_inputs": m, "scan_input_directions": dirs,
+             "scan_output_directions": (0,) * k, "scan_input_axes": (0,) * m, "scan_output_axes": (0,) * k}
+    per_batch = [ctx.emit("Scan", [*(_take(ctx, x, b) for x in xs), *body.captures], attrs) for b in range(batch)]
+    out = []
+    for parts in zip(*per_batch):
+        ups = [ctx.emit1("Reshape", [p], {"shape": (1, *p.shape)}) for p in parts]
+        out.append(ups[0] if len(ups) == 1 else ctx.emit1("Concat", ups, {"axis": 0}))
+    return out

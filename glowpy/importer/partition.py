@@ -26,6 +26,7 @@ from glowpy.importer.compat import (
     node_display_name,
 )
 from glowpy.importer.onnx_import import read_model
+from glowpy.importer.walk import reads
 from glowpy.ir.types import dtype_to_onnx, onnx_type_name
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ class Partition:
                 n = nodes[k]
                 v = self.report.nodes[k]
                 lines.append(f"host: node '{node_display_name(n, k)}' ({n.op_type}): {v.status.name}")
+                lines += [f"  body node '{b.name}' ({b.op}): {b.status.name}" for b in v.walk()[1:] if not b.supported]
         return lines
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,7 +71,9 @@ class Partition:
                            "outputs": [_fmt_info(v) for v in m.graph.output]}
                           for m, idx in zip(self.subgraphs, self.subgraph_nodes)],
             "host_nodes": [{"name": self.report.nodes[k].name, "op": nodes[k].op_type,
-                            "status": self.report.nodes[k].status.name}
+                            "status": self.report.nodes[k].status.name,
+                            **({"body": [{"name": b.name, "op": b.op, "status": b.status.name}
+                                         for b in self.report.nodes[k].walk()[1:]]} if self.report.nodes[k].body else {})}
                            for kind, k in self.plan if kind == "host"],
         }
 
@@ -204,8 +208,9 @@ def _subgraph_model(model: ModelProto, nodes: list[NodeProto], members: list[int
     inputs: list[str] = []
     weights: list[TensorProto] = []
     seen: set[str] = set()
+    outer = _outer_names(model)
     for i in members:
-        for x in nodes[i].input:
+        for x in _outer_reads(nodes[i], outer):
             if not x or x in produced or x in seen:
                 continue
             seen.add(x)
@@ -222,6 +227,16 @@ def _subgraph_model(model: ModelProto, nodes: list[NodeProto], members: list[int
     sub = helper.make_model(graph, opset_imports=list(model.opset_import), producer_name="glowpy.partition")
     sub.ir_version = model.ir_version
     return sub
+
+
+def _outer_names(model: ModelProto) -> set[str]:
+    g = model.graph
+    return {x.name for x in [*g.input, *g.initializer]} | {o for n in g.node for o in n.output if o}
+
+
+def _outer_reads(node: NodeProto, outer: set[str]) -> list[str]:
+    """The graph-level names a node reads: its inputs and what its subgraph bodies read from this graph."""
+    return list(dict.fromkeys(x for x in reads(node) if x and x in outer))
 
 
 def partition(model: ModelLike, backend: Backend | None = None,
@@ -241,7 +256,8 @@ def partition(model: ModelLike, backend: Backend | None = None,
     for p, i in enumerate(order):
         pos[i] = p
     producer = {o: i for i, nd in enumerate(nodes) for o in nd.output if o}
-    preds = [{producer[x] for x in nd.input if x in producer} for nd in nodes]
+    outer = _outer_names(proto)
+    preds = [{producer[x] for x in _outer_reads(nd, outer) if x in producer} - {i} for i, nd in enumerate(nodes)]
     succs: list[set[int]] = [set() for _ in range(n)]
     for i, ps in enumerate(preds):
         for p in ps:
@@ -270,7 +286,7 @@ def partition(model: ModelLike, backend: Backend | None = None,
         used_outside = set(graph_outputs)
         for i in range(n):
             if i not in inside:
-                used_outside.update(x for x in nodes[i].input if x)
+                used_outside.update(x for x in _outer_reads(nodes[i], outer) if x)
         k = len(subgraphs)
         subgraphs.append(_subgraph_model(proto, nodes, members, used_outside, types,
                                          f"{proto.graph.name or 'model'}_glowpy_{k}"))

@@ -24,7 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
-from onnx import GraphProto, ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto, helper
+from onnx import (
+    AttributeProto,
+    GraphProto,
+    ModelProto,
+    NodeProto,
+    TensorProto,
+    TypeProto,
+    ValueInfoProto,
+    helper,
+)
 
 from glowpy.errors import (
     GlowpyError,
@@ -97,6 +106,17 @@ def node_display_name(node: NodeProto, index: int) -> str:
     return text(node.name or (node.output[0] if node.output and node.output[0] else f"{text(node.op_type)}_{index}"))
 
 
+def reads(node: NodeProto) -> list[str]:
+    """The names a node reads: its inputs, and those the nodes of its subgraph bodies read (an If's
+    branch may use a value of the enclosing graph without naming it as an input)."""
+    out = list(node.input)
+    for a in node.attribute:
+        for g in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
+            for n in g.node:
+                out += reads(n)
+    return out
+
+
 def topo_order(nodes: Sequence[NodeProto], known: set[str]) -> tuple[list[int], list[int]]:
     """Kahn's order over node indices (stable: model order among ready nodes), and the indices left
     over because they sit on or behind a cycle."""
@@ -104,7 +124,7 @@ def topo_order(nodes: Sequence[NodeProto], known: set[str]) -> tuple[list[int], 
     users: dict[int, list[int]] = {}
     pending = []
     for i, n in enumerate(nodes):
-        deps = {producer[x] for x in n.input if x and x not in known and x in producer}
+        deps = {producer[x] for x in reads(n) if x and x not in known and x in producer} - {i}
         for j in deps:
             users.setdefault(j, []).append(i)
         pending.append(len(deps))

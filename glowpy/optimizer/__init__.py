@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 
 SIMPLIFY = (
     Pass("eliminate_dead_code", eliminate_dead_code),
-    Pass("inline_known_branches", inline_known_branches),
     Pass("remove_noops", remove_noops),
+    Pass("inline_known_branches", inline_known_branches),
     Pass("fold_constants", fold_constants),
     Pass("merge_reshapes", merge_reshapes),
     Pass("cancel_transposes", cancel_transposes),

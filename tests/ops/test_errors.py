@@ -201,7 +201,7 @@ def test_compat_runtime_operands_are_assumed_weights(case):
 # --- unsupported operators and opsets --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("op", ["NoSuchOp", "NonMaxSuppression", "TfIdfVectorizer", "ImageDecoder"])
+@pytest.mark.parametrize("op", ["NoSuchOp", "Unique", "NonMaxSuppression", "TfIdfVectorizer", "ImageDecoder"])
 def test_unknown_operator(op):
     err = expect_error(UnsupportedOperator, op, [randn(3)], opset=13, mentions=[f"operator {op}"])
     assert err.op == op
@@ -236,7 +236,7 @@ def test_every_table_op_has_a_reference_test():
     activation registry's tests (a new op needs tests)."""
     here = Path(__file__).parent
     files = [*here.glob("test_*.py"), *(here.parent / "quant").glob("test_*.py"),
-             here.parent / "backends" / "cpu" / "test_activations.py"]
+             here.parent / "backends" / "cpu" / "test_activations.py", here.parent / "test_control_flow.py"]
     text = "\n".join(p.read_text() for p in files if p.name != "test_errors.py")
     quoted = set(re.findall(r'"([A-Z][A-Za-z0-9]+)"', text))
     missing = sorted(op for (domain, op) in TABLE if op not in quoted)

@@ -88,7 +88,7 @@ def test_lower_gemm(trans_a: int, trans_b: int, const_b: bool, c: str | None) ->
 
 def test_every_lowering_is_tested() -> None:
     assert set(LOWERINGS) == {"Softmax", "LogSoftmax", "LayerNormalization", "Gelu", "LRN", "BatchNormalization",
-                              "Gemm"}
+                              "Gemm", "If", "Loop", "Scan"}  # control flow: tests/test_control_flow.py
 
 
 def test_nothing_lowered_for_the_interpreter_or_without_backend() -> None:

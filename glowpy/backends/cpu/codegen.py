@@ -25,6 +25,8 @@ around each kernel call it makes (CLOCK_MONOTONIC through clock_gettime, a vDSO 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -171,9 +173,15 @@ class Binder:
                 # The operand must reach the kernel through exactly one argument: a conv whose input is
                 # also its residual must not write over it while still reading it as the input.
                 uses = sum(1 for a in s.args if a.kind == "value" and self.storage(a.value) is ss)
+                guard = s.guard is not None and self.storage(s.guard[0]) is ss  # threads read it as they start
                 if (so is not ss and so.kind == "arena" and ss.kind == "arena" and ss.last == k
-                        and so.first == k and ss.nbytes >= so.nbytes and uses == 1):
+                        and so.first == k and ss.nbytes >= so.nbytes and uses == 1 and not guard):
                     self.merge(ss, so)
+        for k, s in enumerate(steps):  # a guard needs its condition computed by an earlier step
+            if s.guard is not None:
+                st = self.storage(s.guard[0])
+                if st.kind != "input" and not st.first < k:
+                    s.guard = None
         return steps
 
 
@@ -336,6 +344,18 @@ def _emit_barrier(module: ir.Module, target: HostTarget) -> ir.Function:
     return fn
 
 
+@contextmanager
+def _guarded(b: ir.IRBuilder, s: Step, k: int, pointer: Callable[[Arg, int, Step], ir.Value]) -> Iterator[None]:
+    """The step's call under its branch guard (the condition's byte), if it has one."""
+    if s.guard is None:
+        yield
+        return
+    cond, when = s.guard
+    byte = b.load(b.bitcast(pointer(Arg("value", cond), k, s), U.I8.as_pointer()), name=f"guard{k}.byte")
+    with U.if_then(b, b.icmp_unsigned("!=" if when else "==", byte, ir.Constant(U.I8, 0)), f"guard{k}"):
+        yield
+
+
 def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder: Binder, plan: Plan,
                 array_offset: dict[int, int], scratch_key: dict[int, tuple], nthreads: int, threaded: bool,
                 profile: bool = False) -> None:
@@ -422,16 +442,19 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
             raise InternalError(f"step {s.name}: argument count differs from its kernel", expected=len(params),
                                 found=len(ptr_args) + 2)
         call_args = [b.bitcast(p, t) if p.type != t else p for p, t in zip(ptr_args, params)]
+        with _guarded(b, s, k, pointer):
+            if s.parallel:
+                stamp(k, 0)
+                b.call(s.fn, call_args + [tid, nt])
+                stamp(k, 1)
+            else:
+                with U.if_then(b, is_main, f"step{k}"):
+                    stamp(k, 0)
+                    b.call(s.fn, call_args + [U.i32(0), U.i32(1)])
+                    stamp(k, 1)
         if s.parallel:
-            stamp(k, 0)
-            b.call(s.fn, call_args + [tid, nt])
-            stamp(k, 1)
             unsynced_parallel = True
         else:
-            with U.if_then(b, is_main, f"step{k}"):
-                stamp(k, 0)
-                b.call(s.fn, call_args + [U.i32(0), U.i32(1)])
-                stamp(k, 1)
             serial_since = True
     b.ret_void()
 

@@ -26,6 +26,7 @@ import numpy as np
 from llvmlite import ir
 
 from glowpy.backends.cpu.fusion import ELEMENTWISE_OPS, grow_group, lower_group
+from glowpy.backends.cpu.guards import branch_guards, step_guard
 from glowpy.backends.cpu.kernels import movement
 from glowpy.backends.cpu.kernels.common import KernelInfo
 from glowpy.backends.cpu.module_text import KernelTexts, ident
@@ -126,6 +127,11 @@ class Lowering:
             except GlowpyError as e:
                 raise e.at(node=node.name, op=node.op)
         self.steps.sort(key=lambda s: s.position)
+        guards = branch_guards(self.graph)
+        if guards:
+            for s in self.steps:
+                if s.fn is not None:
+                    s.guard = step_guard(s.nodes, guards)
         return self.steps
 
     def _lower_node(self, node: Node) -> None:

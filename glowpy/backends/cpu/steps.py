@@ -37,11 +37,12 @@ class Step:
     alias: tuple[Value, Value] | None = None  # (out, source) for Reshape-like steps
     position: int = 0
     parallel: bool = False
+    guard: tuple[Value, bool] | None = None  # (condition, value): the step runs only then (guards.py)
 
     @property
     def reads(self) -> list[Value]:
         return [a.value for a in self.args if a.kind == "value" and a.value not in self.writes] + (
-            [self.alias[1]] if self.alias else [])
+            [self.alias[1]] if self.alias else []) + ([self.guard[0]] if self.guard else [])
 
     def describe(self) -> str:
         return ", ".join(f"{n.name} ({n.op})" for n in self.nodes)
