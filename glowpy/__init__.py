@@ -60,11 +60,13 @@ def compile(  # noqa: A001  (the verb users expect)
     Backend options go in `**options`; the cpu backend takes `threads` (default $GLOWPY_NUM_THREADS, else
     the machine's CPU count), `cache` (reuse compiled code from the on-disk cache, default True),
     `fast_kernels`, `profile` and `release_weights` (default: True when the optimizer made a private copy).
+    `progress` (default None: on stderr when it is a TTY and the compile takes over a second; True, False).
     An option the backend does not know raises UnsupportedAttribute. This is `glowpy.pipeline.compile_model`,
     the pipeline every entry (ONNXIFI, the onnx backend face, the CLI) runs."""
     from glowpy.backends import DEFAULT_BACKEND
     from glowpy.pipeline import compile_model
 
+    options.setdefault("progress", None)
     return compile_model(model, backend or DEFAULT_BACKEND, shapes, optimize=optimize, **options)
 
 

@@ -16,11 +16,14 @@ optimizer below only ever see a Backend.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from glowpy import optimizer
 from glowpy.backends import DEFAULT_BACKEND, Backend, find_backend, get_backend
+from glowpy.backends.progress import Progress, reporting
 from glowpy.compiled import CompiledModel, ImportSummary
 from glowpy.importer import ModelLike, ShapeMap, import_model
 from glowpy.importer import compat as _compat
@@ -67,11 +70,20 @@ def compile_model(
     shapes: ShapeMap | None = None,
     *,
     optimize: bool = True,
+    progress: bool | None = False,
     **options: Any,
 ) -> CompiledModel:
     """Import, optimize for `backend` (unless `optimize=False`) and compile. Backend options go in
     `**options` (cpu: `threads`, `cache`, `fast_kernels`, `profile`, `release_weights`); an option the
-    backend does not know raises UnsupportedAttribute."""
+    backend does not know raises UnsupportedAttribute. `progress`: a progress line on stderr for a
+    compile longer than a second (None: when stderr is a TTY, glowpy.compile's default; False: never)."""
+    name = Path(model).name if isinstance(model, (str, os.PathLike)) else ""
+    with reporting(Progress(progress, name)) as bar:
+        return _compile_model(model, backend, shapes, optimize, bar, options)
+
+
+def _compile_model(model: ModelLike | Graph, backend: str | Backend, shapes: ShapeMap | None, optimize: bool,
+                   bar: Progress, options: dict[str, Any]) -> CompiledModel:
     be = get_backend(backend)
     owned = not isinstance(model, Graph)  # imported here: nobody else sees this graph
     start = time.perf_counter()
@@ -82,11 +94,13 @@ def compile_model(
         graph, executable, imported = hit
         return CompiledModel(graph, executable, be.name, compile_seconds=time.perf_counter() - start, cached=True,
                              imported=ImportSummary(*imported[:3], 0.0))
+    bar.stage("import")
     graph = load(model, shapes)
     del model
     imported = _summary(graph, time.perf_counter() - start)
     start = time.perf_counter()
     if optimize:
+        bar.stage("optimize")
         # A graph we own is rewritten in place, so weights the passes replace (BatchNorm folding) die
         # as they go instead of doubling the peak; a caller's graph is copied first.
         graph = optimizer.optimize(graph, be, in_place=owned)

@@ -34,6 +34,7 @@ from typing import Any
 import llvmlite.binding as llvm
 import numpy as np
 
+from glowpy.backends import progress
 from glowpy.backends.base import Backend, Executable
 from glowpy.backends.cpu import codegen, parallel
 from glowpy.backends.cpu.activations import EMITTERS
@@ -399,6 +400,7 @@ class CpuBackend(Backend):
         # before building: with release_weights the build drops the packed constants' data
         signature = graph_signature(graph, {"threads": nthreads, "fast_kernels": fast, "profile": profile},
                                     fingerprint) if store is not None else ""
+        progress.current().stage("codegen")
         program = self.build(graph, **options)
         key = obj = None
         if store is not None:
@@ -431,17 +433,11 @@ class CpuBackend(Backend):
     def _compile_object(self, graph: Graph, program: codegen.Program, target: HostTarget,
                         store: ObjectCache | None) -> bytes:
         """The program's object code: its kernels compiled in parallel, each once (parallel.py)."""
-        nsteps = len(program.steps)
-        show = nsteps >= 40 and sys.stderr.isatty()
-        if show:
-            print(f"glowpy: compiling {graph.name} ({nsteps} kernels) with LLVM for {target.cpu}...",
-                  end="", file=sys.stderr, flush=True)
-        t = time.perf_counter()
+        bar = progress.current()
         _return_free_heap()  # LLVM's transient peak then starts from what is live, not from freed import buffers
         obj = parallel.compile_program(str(program.module), program.kernel_defs, program.kernel_decls, target,
-                                       store)
-        if show:
-            print(f" {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+                                       store, bar.kernels)
+        bar.stage("link")
         return obj
 
 
