@@ -24,7 +24,6 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -40,9 +39,9 @@ from glowpy.backends.cpu import codegen, parallel
 from glowpy.backends.cpu.activations import EMITTERS
 from glowpy.backends.cpu.cache import ObjectCache, cache_key, graph_signature
 from glowpy.backends.cpu.irutil import supported_dtype
+from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, KERNELS
 from glowpy.backends.cpu.model_cache import FORMAT as MODEL_FORMAT
 from glowpy.backends.cpu.model_cache import ModelCache, graph_state, model_digest, model_key, restore_graph
-from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, KERNELS
 from glowpy.backends.cpu.target import HostTarget, host_target, isa_available, new_machine
 from glowpy.errors import (
     InternalError,
