@@ -78,12 +78,15 @@ def compile_model(
     backend does not know raises UnsupportedAttribute. `progress`: a progress line on stderr for a
     compile longer than a second (None: when stderr is a TTY, glowpy.compile's default; False: never)."""
     name = Path(model).name if isinstance(model, (str, os.PathLike)) else ""
+    held = [model]  # handed over, so the model's bytes can die as soon as it is imported
+    del model
     with reporting(Progress(progress, name)) as bar:
-        return _compile_model(model, backend, shapes, optimize, bar, options)
+        return _compile_model(held, backend, shapes, optimize, bar, options)
 
 
-def _compile_model(model: ModelLike | Graph, backend: str | Backend, shapes: ShapeMap | None, optimize: bool,
+def _compile_model(held: list[ModelLike | Graph], backend: str | Backend, shapes: ShapeMap | None, optimize: bool,
                    bar: Progress, options: dict[str, Any]) -> CompiledModel:
+    model = held.pop()
     be = get_backend(backend)
     owned = not isinstance(model, Graph)  # imported here: nobody else sees this graph
     start = time.perf_counter()
