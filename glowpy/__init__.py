@@ -61,6 +61,7 @@ def compile(  # noqa: A001  (the verb users expect)
     Backend options go in `**options`; the cpu backend takes `threads` (default $GLOWPY_NUM_THREADS, else
     the machine's CPU count), `cache` (reuse compiled code from the on-disk cache, default True),
     `fast_kernels`, `profile` and `release_weights` (default: True when the optimizer made a private copy).
+    `progress` (default None: on stderr when it is a TTY and the compile takes over a second; True, False).
     An option the backend does not know raises UnsupportedAttribute. A model with unbound symbolic input
     dims (and no `shapes=`) or with graph inputs that decide shapes (Reshape's shape, Slice's starts, ...)
     gives a SpecializingModel: it compiles on first run per input shapes and operand values, keeping the
@@ -69,6 +70,7 @@ def compile(  # noqa: A001  (the verb users expect)
     from glowpy.backends import DEFAULT_BACKEND
     from glowpy.pipeline import compile_model
 
+    options.setdefault("progress", None)
     return compile_model(model, backend or DEFAULT_BACKEND, shapes, optimize=optimize, **options)
 
 

@@ -611,19 +611,19 @@ def cmd_cache(args: argparse.Namespace) -> int:
         print(f"removed   {n} entries ({_human_bytes(freed)}) from {directory}")
     else:
         found = cache.entries(directory)
-        kinds = {"model": 0, "code": 0, "index": 0}
+        kinds = {"model": 0, "code": 0, "kernels": 0, "index": 0}
         size = {k: 0 for k in kinds}
         for path, nbytes, _ in found:
             if path.suffix == ".tmp":
                 continue
-            kind = ("model" if path.name.startswith("model-") else
+            kind = ("model" if path.name.startswith("model-") else "kernels" if path.name.startswith("k-") else
                     "index" if path.name.startswith(("idx-", "path-")) else "code")
             kinds[kind] += 1
             size[kind] += nbytes
         cap = cache.max_bytes()
         print(f"directory {directory}")
-        for kind, label in (("model", "model entries (graph + weights files)"), ("code", "object code"),
-                            ("index", "indexes")):
+        for kind, label in (("model", "model entries (graph + weights files)"), ("code", "models' object code"),
+                            ("kernels", "kernels' object code (shared across models)"), ("index", "indexes")):
             print(f"{kind:<9} {kinds[kind]} files, {_human_bytes(size[kind])}  {label}")
         print(f"total     {_human_bytes(sum(size.values()))} of {_human_bytes(cap) if cap else 'no'} cap "
               "(GLOWPY_CACHE_MAX_BYTES)")

@@ -16,8 +16,10 @@ optimizer below only ever see a Backend.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,7 @@ import onnx
 
 from glowpy import optimizer
 from glowpy.backends import DEFAULT_BACKEND, Backend, find_backend, get_backend
+from glowpy.backends.progress import Progress, reporting
 from glowpy.compiled import CompiledModel, ImportSummary, SpecializingModel
 from glowpy.errors import GlowpyError, InternalError, Status, UnsupportedAttribute, UnsupportedShape
 from glowpy.importer import ModelLike, ShapeMap, import_model
@@ -77,20 +80,33 @@ def compile_model(
     *,
     optimize: bool = True,
     specializations: int = DEFAULT_SPECIALIZATIONS,
+    progress: bool | None = False,
     **options: Any,
 ) -> CompiledModel | SpecializingModel:
     """Import, optimize for `backend` (unless `optimize=False`) and compile. Backend options go in
     `**options` (cpu: `threads`, `cache`, `fast_kernels`, `profile`, `release_weights`); an option the
-    backend does not know raises UnsupportedAttribute.
+    backend does not know raises UnsupportedAttribute. `progress`: a progress line on stderr for a
+    compile longer than a second (None: when stderr is a TTY, glowpy.compile's default; False: never).
 
     A model with unbound symbolic input dims (and no `shapes=`), or with graph inputs that decide shapes
     (Reshape's shape, Slice's starts, ... fed at run time), gives a SpecializingModel: it compiles on
     first run for each distinct key (input shapes, the bytes of those inputs) through this same
     pipeline, and keeps the `specializations` most recently used compiled."""
+    name = Path(model).name if isinstance(model, (str, os.PathLike)) else ""
+    held = [model]  # handed over, so the model's bytes can die as soon as it is imported
+    del model
+    with reporting(Progress(progress, name)) as bar:
+        return _compile_model(held, backend, shapes, optimize, specializations, bar, options)
+
+
+def _compile_model(held: list[ModelLike | Graph], backend: str | Backend, shapes: ShapeMap | None, optimize: bool,
+                   specializations: int, bar: Progress, options: dict[str, Any]
+                   ) -> CompiledModel | SpecializingModel:
+    model = held.pop()
     be = get_backend(backend)
     start = time.perf_counter()
     if isinstance(model, Graph):
-        return _compile_graph(model, be, False, start, optimize, options)
+        return _compile_graph(model, be, False, start, optimize, bar, options)
     # A backend with a model cache may hand back the whole result of an earlier identical compile.
     key = be.model_cache_key(model, shapes, optimize, options)
     hit = be.load_compiled(key, options) if key is not None else None
@@ -98,6 +114,7 @@ def compile_model(
         graph, executable, imported = hit
         return CompiledModel(graph, executable, be.name, compile_seconds=time.perf_counter() - start, cached=True,
                              imported=ImportSummary(*imported[:3], 0.0))
+    bar.stage("import")
     proto, base_dir = read_model(model)
     if _specialize.needs_specialization(proto, shapes):
         return _specializing(proto, base_dir, be, shapes, optimize, specializations, options)
@@ -105,16 +122,17 @@ def compile_model(
     del model
     graph = import_model(proto, shapes, base_dir=base_dir, owned=owned)
     del proto
-    return _compile_graph(graph, be, True, start, optimize, options, key)
+    return _compile_graph(graph, be, True, start, optimize, bar, options, key)
 
 
-def _compile_graph(graph: Graph, be: Backend, owned: bool, start: float, optimize: bool,
+def _compile_graph(graph: Graph, be: Backend, owned: bool, start: float, optimize: bool, bar: Progress,
                    options: dict[str, Any], cache_key: str | None = None) -> CompiledModel:
     """Optimize and compile `graph`; `owned`: imported for this compile, nobody else sees it;
     `cache_key`: where the backend's model cache keeps the result."""
     imported = _summary(graph, time.perf_counter() - start) if owned else _summary(graph, 0.0)
     start = time.perf_counter()
     if optimize:
+        bar.stage("optimize")
         # A graph we own is rewritten in place, so weights the passes replace (BatchNorm folding) die
         # as they go instead of doubling the peak; a caller's graph is copied first.
         graph = optimizer.optimize(graph, be, in_place=owned)
@@ -149,7 +167,7 @@ def _specializing(proto: onnx.ModelProto, base_dir: str | None, be: Backend, sha
         bound = _specialize.specialize(proto, feeds, operands)
         start = time.perf_counter()
         graph = import_model(bound, _specialize.feed_shapes(feeds, operands, shapes), base_dir=base_dir, owned=True)
-        return _compile_graph(graph, be, True, start, optimize, dict(options))
+        return _compile_graph(graph, be, True, start, optimize, Progress(False), dict(options))
 
     return SpecializingModel([i.name for i in _specialize.graph_inputs(proto)],
                              [o.name for o in proto.graph.output], be.name, compile_for,

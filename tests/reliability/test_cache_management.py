@@ -84,6 +84,7 @@ def test_cli_path_info_clear(fresh_dir: Path, capsys: pytest.CaptureFixture) -> 
     assert main(["cache", "info"]) == 0
     out = capsys.readouterr().out
     assert f"directory {fresh_dir}" in out and "model     2 files" in out and "code      1 files" in out
+    assert "kernels   " in out and "kernels   0 files" not in out
     assert "of 4.0 GiB cap" in out
     assert main(["cache", "clear"]) == 0
     assert "removed" in capsys.readouterr().out

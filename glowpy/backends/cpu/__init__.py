@@ -24,7 +24,6 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -34,15 +33,16 @@ from typing import Any
 import llvmlite.binding as llvm
 import numpy as np
 
+from glowpy.backends import progress
 from glowpy.backends.base import Backend, Executable
-from glowpy.backends.cpu import codegen
+from glowpy.backends.cpu import codegen, parallel
 from glowpy.backends.cpu.activations import EMITTERS
 from glowpy.backends.cpu.cache import ObjectCache, cache_key, graph_signature
 from glowpy.backends.cpu.irutil import supported_dtype
 from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, KERNELS
 from glowpy.backends.cpu.model_cache import FORMAT as MODEL_FORMAT
 from glowpy.backends.cpu.model_cache import ModelCache, graph_state, model_digest, model_key, restore_graph
-from glowpy.backends.cpu.target import HostTarget, compile_object, host_target, isa_available, new_machine
+from glowpy.backends.cpu.target import HostTarget, host_target, isa_available, new_machine
 from glowpy.errors import (
     InternalError,
     InvalidDatatype,
@@ -120,7 +120,8 @@ def load_object(obj: bytes, target: HostTarget) -> llvm.ExecutionEngine:
     empty = llvm.parse_assembly("")
     empty.triple = target.triple
     engine = llvm.create_mcjit_compiler(empty, new_machine(target))
-    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    for part in parallel.unpack(obj):  # MCJIT links the kernels' objects to the entry's
+        engine.add_object_file(llvm.ObjectFileRef.from_data(part))
     engine.finalize_object()
     return engine
 
@@ -447,6 +448,7 @@ class CpuBackend(Backend):
         # before building: with release_weights the build drops the packed constants' data
         signature = graph_signature(graph, {"threads": nthreads, "fast_kernels": fast, "profile": profile},
                                     fingerprint) if store is not None else ""
+        progress.current().stage("codegen")
         program = self.build(graph, **options)
         key = obj = None
         if store is not None:
@@ -466,7 +468,7 @@ class CpuBackend(Backend):
             except Exception:  # noqa: BLE001  (an entry LLVM cannot load is rebuilt, never fatal)
                 engine, cached = None, False
         if engine is None:
-            obj = self._compile_object(graph, program.ir_text, len(program.steps), target)
+            obj = self._compile_object(graph, program, target, store)
             if store is not None:
                 store.put(key, obj)
             engine = load_object(obj, target)
@@ -476,16 +478,14 @@ class CpuBackend(Backend):
         executable.code_key = key  # names the generated code: equal keys, equal code
         return executable
 
-    def _compile_object(self, graph: Graph, text: str, nsteps: int, target: HostTarget) -> bytes:
-        show = nsteps >= 40 and sys.stderr.isatty()
-        if show:
-            print(f"glowpy: compiling {graph.name} ({nsteps} kernels) with LLVM for {target.cpu}...",
-                  end="", file=sys.stderr, flush=True)
-        t = time.perf_counter()
+    def _compile_object(self, graph: Graph, program: codegen.Program, target: HostTarget,
+                        store: ObjectCache | None) -> bytes:
+        """The program's object code: its kernels compiled in parallel, each once (parallel.py)."""
+        bar = progress.current()
         _return_free_heap()  # LLVM's transient peak then starts from what is live, not from freed import buffers
-        obj = compile_object(text, target)
-        if show:
-            print(f" {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+        obj = parallel.compile_program(str(program.module), program.kernel_defs, program.kernel_decls, target,
+                                       store, bar.kernels)
+        bar.stage("link")
         return obj
 
 

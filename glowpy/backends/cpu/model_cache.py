@@ -100,8 +100,36 @@ def model_digest(model: Any, store: ObjectCache) -> str | None:
         if len(data) == st.st_size and now - st.st_mtime_ns > SETTLED_NS:
             store.put(f"path-{ident}", digest.encode())
         return None if digest == "-" else digest
-    serialize = getattr(model, "SerializeToString", None)
-    return content_digest(serialize()) if serialize is not None else None
+    if hasattr(model, "SerializeToString") and hasattr(model, "graph"):
+        return proto_digest(model)
+    return None
+
+
+def _repeated(field: Any) -> bool:
+    flag = getattr(field, "is_repeated", None)  # protobuf >= 5; `label` before
+    return bool(flag) if flag is not None else field.label == field.LABEL_REPEATED
+
+
+def proto_digest(model: Any) -> str:
+    """A digest of a ModelProto without serializing it whole (a copy of every weight at once): every
+    field but the graph's initializers, serialized, then each initializer serialized on its own."""
+    h = hashlib.sha256(b"onnx-model-proto\0")
+
+    def put(tag: str, data: bytes) -> None:
+        h.update(f"{tag}:{len(data)}:".encode())
+        h.update(data)
+
+    for field, value in model.ListFields():
+        if field.name != "graph":
+            put(field.name, repr(value).encode() if field.type != field.TYPE_MESSAGE else
+                b"".join(v.SerializeToString() for v in (value if _repeated(field) else [value])))
+            continue
+        for gfield, gvalue in value.ListFields():
+            items = gvalue if _repeated(gfield) else [gvalue]
+            for item in items:
+                put("graph." + gfield.name, item.SerializeToString() if gfield.type == gfield.TYPE_MESSAGE
+                    else repr(item).encode())
+    return h.hexdigest()
 
 
 def model_key(digest: str, shapes: Any, optimize: bool, options: dict[str, Any], fingerprint: str) -> str:

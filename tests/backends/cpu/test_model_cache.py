@@ -63,14 +63,36 @@ def test_hit_skips_import_and_gives_identical_results(fresh_dir: Path, monkeypat
     assert hot.executable.code_key == cold.executable.code_key
 
 
-def test_path_and_proto_hit_the_same_entry(fresh_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_path_bytes_and_proto_hit(fresh_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file and its bytes share an entry; a ModelProto (digested field by field) has its own."""
     data = conv_model()
     path = tmp_path / "m.onnx"
     path.write_bytes(data)
     cold = glowpy.compile(str(path), threads=1)
+    glowpy.compile(onnx.ModelProto.FromString(data), threads=1)
     no_import(monkeypatch)
-    assert glowpy.compile(onnx.ModelProto.FromString(data), threads=1).cached
+    assert glowpy.compile(data, threads=1).executable.model_cached
+    assert glowpy.compile(onnx.ModelProto.FromString(data), threads=1).executable.model_cached
     np.testing.assert_array_equal(glowpy.compile(path, threads=1).run(FEED)["y"], cold.run(FEED)["y"])
+
+
+def test_proto_digest_sees_every_field() -> None:
+    from glowpy.backends.cpu.model_cache import proto_digest
+
+    base = proto_digest(onnx.ModelProto.FromString(conv_model()))
+    assert proto_digest(onnx.ModelProto.FromString(conv_model())) == base
+    for change in ("weight", "node", "producer", "input"):
+        m = onnx.ModelProto.FromString(conv_model())
+        if change == "weight":
+            t = m.graph.initializer[0]
+            t.raw_data = t.raw_data[:-1] + bytes([t.raw_data[-1] ^ 1])
+        elif change == "node":
+            m.graph.node[1].op_type = "Sigmoid"
+        elif change == "producer":
+            m.producer_version = "other"
+        else:
+            m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2
+        assert proto_digest(m) != base, change
 
 
 @pytest.mark.parametrize("change", ["weights", "threads", "optimize", "profile", "cache off"])
