@@ -441,4 +441,4 @@ class _Einsum:
 
 
 # --- refused: the output shape depends on input values ---------------------------------------------
-# (table.VALUE_SHAPED: NonZero, Unique, Compress, NonMaxSuppression refuse at the shared gate)
+# (table.DATA_DEPENDENT: NonZero, Unique, Compress, NonMaxSuppression are refused by the walk)

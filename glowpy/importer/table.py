@@ -199,10 +199,6 @@ def require_const_operand(entry: OnnxOp, index: int, *, node: str | None = None,
                             expected=list(entry.const_inputs), found=index)
 
 
-# ONNX ops whose output shape depends on the values of their inputs: refused at the gate, with that reason.
-VALUE_SHAPED = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression"})
-
-
 def normalize_domain(domain: str) -> str:
     return "" if domain in DEFAULT_DOMAINS else domain
 
@@ -212,9 +208,6 @@ def lookup(node: NodeProto, opsets: dict[str, int]) -> tuple[OnnxOp, int]:
     domain = normalize_domain(node.domain)
     name = node.name or None
     entry = TABLE.get((domain, node.op_type))
-    if entry is None and domain == "" and node.op_type in VALUE_SHAPED:
-        raise UnsupportedOperator(f"operator {node.op_type} is not supported: its output shape depends on input "
-                                  f"values (glowpy compiles static shapes)", node=name, op=node.op_type)
     if entry is None:
         where = f" in domain '{node.domain}'" if domain else ""
         raise UnsupportedOperator(f"operator {node.op_type}{where} is not supported", node=name, op=node.op_type)

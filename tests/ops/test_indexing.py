@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import glowpy
-from glowpy.errors import InvalidModel, UnsupportedAttribute, UnsupportedOperator, UnsupportedShape
+from glowpy.errors import InvalidModel, UnsupportedAttribute, UnsupportedShape
 
 from .util import Const, check, check_graph, expect_error, node_model, randbool, randint, randn
 
@@ -372,8 +372,8 @@ VALUE_SHAPED = {
 def test_value_shaped_ops_refused(op):
     """The full import and the check both refuse, saying why."""
     ins, opset, outs = VALUE_SHAPED[op]
-    err = expect_error(UnsupportedOperator, op, ins, opset=opset, outputs=outs,
-                       mentions=["output shape depends on input values"])
+    err = expect_error(UnsupportedShape, op, ins, opset=opset, outputs=outs,
+                       mentions=[f"the output shape of {op} depends on input values"])
     model, _ = node_model(op, ins, opset=opset, outputs=outs)
     assert "depends on input values" in glowpy.check(model, backend="cpu").reason
     assert err.op == op
