@@ -273,11 +273,31 @@ def _log_sum_exp(ctx: NodeContext, x: Value, reduce, dropped: tuple[int, ...] | 
     return y if dropped is None else ctx.emit1("Reshape", [y], {"shape": dropped})
 
 
-for _op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"):
+def _l2(ctx: NodeContext, x: Value, reduce, _) -> Value:
+    # integers: in float64, truncated back (onnx.reference's astype)
+    xf = x if x.dtype.kind == "f" else ctx.emit1("Cast", [x], {"to": np.dtype(np.float64)})
+    y = ctx.emit1("Sqrt", [reduce(_square(ctx, xf), "ReduceSum")])
+    return y if xf is x else ctx.emit1("Cast", [y], {"to": x.dtype})
+
+
+def _extreme(ir_op: str):
+    def build(ctx: NodeContext, x: Value, reduce, _) -> Value:
+        if x.dtype != np.bool_:
+            return reduce(x, ir_op)
+        # bool (opset 20): max is any, min is all, as uint8
+        u8 = ctx.emit1("Cast", [x], {"to": np.dtype(np.uint8)})
+        y = reduce(u8, ir_op)
+        return x if y is u8 else ctx.emit1("Cast", [y], {"to": np.dtype(np.bool_)})
+
+    return build
+
+
+for _op in ("ReduceSum", "ReduceMean", "ReduceProd"):
     _reduction(_op, NUMERIC_TYPES, lambda ctx, x, reduce, _, ir_op=_op: reduce(x, ir_op))
+for _op in ("ReduceMax", "ReduceMin"):
+    _reduction(_op, NUMERIC_TYPES | {np.dtype(np.bool_)}, _extreme(_op))
 _reduction("ReduceL1", NUMERIC_TYPES, lambda ctx, x, reduce, _: reduce(ctx.emit1("Abs", [x]), "ReduceSum"))
 _reduction("ReduceSumSquare", NUMERIC_TYPES, lambda ctx, x, reduce, _: reduce(_square(ctx, x), "ReduceSum"))
-_reduction("ReduceL2", FLOAT_TYPES,
-           lambda ctx, x, reduce, _: ctx.emit1("Sqrt", [reduce(_square(ctx, x), "ReduceSum")]))
+_reduction("ReduceL2", NUMERIC_TYPES, _l2)
 _reduction("ReduceLogSum", FLOAT_TYPES, lambda ctx, x, reduce, _: ctx.emit1("Log", [reduce(x, "ReduceSum")]))
 _reduction("ReduceLogSumExp", FLOAT_TYPES, _log_sum_exp)

@@ -15,7 +15,7 @@ AXES_INPUT_SINCE = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18, "ReduceM
                     "ReduceL1": 18, "ReduceL2": 18, "ReduceSumSquare": 18, "ReduceLogSum": 18,
                     "ReduceLogSumExp": 18}
 REDUCE_OPS = list(AXES_INPUT_SINCE)
-FLOAT_ONLY = {"ReduceL2", "ReduceLogSum", "ReduceLogSumExp"}
+FLOAT_ONLY = {"ReduceLogSum", "ReduceLogSumExp"}
 # The ops glowpy had first run the full axes matrix; the rest a subset (the same converter and kernels).
 FULL_MATRIX = {"ReduceSum", "ReduceMean", "ReduceMax"}
 
@@ -130,8 +130,17 @@ def test_reduce_axis_out_of_range(op):
                  mentions=["axis"])
 
 
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_reduce_bool(backend, op):
+    x = randbool(3, 4, 5)
+    x[0] = True
+    x[1] = False
+    check(backend, op, [x, Const(np.array([1, 2], dtype=np.int64))], opset=20, attrs={"keepdims": 0})
+    check(backend, op, [x], opset=20)
+
+
 def test_reduce_bool_unsupported():
-    expect_error(UnsupportedDatatype, "ReduceMax", [randbool(2, 3)], opset=20, mentions=["bool"])
+    expect_error(UnsupportedDatatype, "ReduceSum", [randbool(2, 3)], opset=20, mentions=["bool"])
 
 
 # --- ArgMax ----------------------------------------------------------------------------------------

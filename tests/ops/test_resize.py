@@ -13,7 +13,7 @@ from glowpy.backends.cpu import CpuBackend
 from glowpy.backends.cpu.target import isa_available
 from glowpy.errors import InvalidModel, UnsupportedAttribute
 
-from .util import Const, assert_same, check, expect_error, node_model, randn, run_oracle
+from .util import Const, assert_same, check, expect_error, node_model, randn, rng, run_oracle
 
 EMPTY = Const(np.zeros(0, dtype=np.float32))
 
@@ -73,6 +73,18 @@ def test_resize(backend, case):
 def test_resize_dtypes(backend, dtype):
     check(backend, "Resize", [randn(1, 3, 4, 4, dtype=dtype), None, f32(1, 1, 2, 1.5)], opset=13,
           attrs={"mode": "linear"})
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int32])
+def test_resize_int_dtypes(backend, dtype):
+    info = np.iinfo(dtype)
+    x = rng(3).integers(max(info.min, -1000), min(info.max, 1000), (1, 2, 5, 6)).astype(dtype)
+    check(backend, "Resize", [x, None, f32(1, 1, 1.5, 2.2)], opset=13, attrs={"mode": "linear"})
+    if dtype == np.uint8:
+        # cubic overshoots: the result saturates at 0 and 255. (onnx.reference computes cubic coefficients
+        # in float32, so a wider type's values near .5 may round the other way: uint8 only.)
+        check(backend, "Resize", [x, None, f32(1, 1, 2, 1.7)], opset=13, attrs={"mode": "cubic"})
+    check(backend, "Resize", [x, None, f32(1, 1, 2, 3)], opset=13, attrs={"mode": "nearest"})
 
 
 def test_resize_3d_and_batch_axis(backend):

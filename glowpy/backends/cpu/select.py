@@ -474,7 +474,7 @@ def _lower_Resize(low: Lowering, node: Node) -> None:
     if not passes or out.type.size == 0:
         _copies(low, node, [movement.plain_copy(out.shape)], [out], [x])
         return
-    acc = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
+    acc = np.dtype(np.float32) if x.dtype in (np.float16, np.float32) else np.dtype(np.float64)
     src, shape = x, tuple(x.shape)
     for k, (axis, idx, w, extrap) in enumerate(passes):
         n_out = idx.shape[0]

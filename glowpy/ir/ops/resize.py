@@ -20,7 +20,7 @@ import numpy as np
 
 from glowpy.errors import UnsupportedAttribute, UnsupportedShape
 from glowpy.ir.ops.registry import FROM_ONNX, REQUIRED, op
-from glowpy.ir.types import FLOAT_TYPES, TensorType
+from glowpy.ir.types import NUMERIC_TYPES, TensorType
 
 MODES = ("nearest", "linear", "cubic")
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -160,12 +160,13 @@ def _resize_infer(attrs: dict, x: TensorType) -> TensorType:
     return TensorType(x.dtype, tuple(attrs["sizes"]))
 
 
-@op("Resize", infer=_resize_infer, dtypes=FLOAT_TYPES,
+@op("Resize", infer=_resize_infer, dtypes=NUMERIC_TYPES,
     attrs={"sizes": REQUIRED, "scales": REQUIRED, "roi": (), "mode": FROM_ONNX,
            "coordinate_transformation_mode": FROM_ONNX, "nearest_mode": FROM_ONNX, "cubic_coeff_a": FROM_ONNX,
            "exclude_outside": FROM_ONNX, "extrapolation_value": FROM_ONNX, "antialias": FROM_ONNX})
 def resize(attrs: dict, x: np.ndarray) -> np.ndarray:
-    """Interpolate to `sizes`, one axis at a time (float64, rounded once at the end)."""
+    """Interpolate to `sizes`, one axis at a time (float64, rounded once at the end; integers round
+    half to even and saturate)."""
     y = x.astype(np.float64)
     if 0 in attrs["sizes"]:
         return np.zeros(attrs["sizes"], dtype=x.dtype)
@@ -175,4 +176,7 @@ def resize(attrs: dict, x: np.ndarray) -> np.ndarray:
         if extrap is not None:
             y = np.where(extrap.reshape((1,) * d + (-1,) + (1,) * (y.ndim - d - 1)),
                          attrs["extrapolation_value"], y)
+    if x.dtype.kind in "iu":  # round half to even and saturate (onnx.reference's saturate_cast)
+        info = np.iinfo(x.dtype)
+        return np.clip(np.round(y), info.min, info.max).astype(x.dtype)
     return y.astype(x.dtype)

@@ -5,8 +5,8 @@ the weights block; the tap count is a compile-time constant, so the taps unroll.
 with contiguous elements behind it (H of NCHW) the inner loop walks those elements with unit
 stride, and along the innermost axis (W) it walks the output positions, loading through the index
 table (gathers): both are plain counted loops the -O3 loop vectorizer turns into vector code. Each
-thread takes a contiguous share of the rows. float16 and float32 compute in float32, float64 in
-float64.
+thread takes a contiguous share of the rows. float16 and float32 compute in float32, float64 and
+integers in float64; integer outputs round half to even and saturate.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def emit_resample(module: ir.Module, name: str, in_dtype: np.dtype, out_dtype: n
     The tables are tap-major: idx[t * row_stride + j] for output position j, row_stride >= n_out
     padded to whole vectors with index 0 and weight 0 (so table loads need no mask)."""
     f32 = np.dtype(in_dtype) == np.float32 and np.dtype(out_dtype) == np.float32
-    acc_t = U.F64 if np.dtype(out_dtype) == np.float64 or np.dtype(in_dtype) == np.float64 else U.F32
+    narrow_f = (np.dtype(np.float16), np.dtype(np.float32))
+    acc_t = U.F32 if np.dtype(in_dtype) in narrow_f and np.dtype(out_dtype) in narrow_f else U.F64
     # The vector path's pointers are opaque (VecIR's); the scalar path's are typed like irutil's.
     ptr = (lambda t: PTR) if f32 else (lambda t: t.as_pointer())
     params = [("out", ptr(U.storage_type(out_dtype))), ("x", ptr(U.storage_type(in_dtype))), ("idx", ptr(U.I32)),
@@ -51,11 +52,22 @@ def emit_resample(module: ir.Module, name: str, in_dtype: np.dtype, out_dtype: n
 
     def ld(p: ir.Value, i: ir.Value) -> ir.Value:
         v = U.load(b, p, i, in_dtype)
+        if np.dtype(in_dtype).kind in "iu":
+            return (b.sitofp if np.dtype(in_dtype).kind == "i" else b.uitofp)(v, acc_t)
         return b.fpext(v, acc_t) if v.type != acc_t else v
 
     def st(i: ir.Value, v: ir.Value) -> None:
-        ct = U.compute_type(out_dtype)
-        U.store(b, out, i, b.fptrunc(v, ct) if v.type != ct else v, out_dtype)
+        odt = np.dtype(out_dtype)
+        ct = U.compute_type(odt)
+        if odt.kind in "iu":
+            # round half to even and saturate, as onnx.reference's saturate_cast
+            info = np.iinfo(odt)
+            v = U.intrinsic(b, "llvm.roundeven", v)
+            v = U.fmin_nan(b, U.fmax_nan(b, v, ir.Constant(acc_t, float(info.min))), ir.Constant(acc_t, float(info.max)))
+            v = (b.fptosi if odt.kind == "i" else b.fptoui)(v, ct)
+        elif v.type != ct:
+            v = b.fptrunc(v, ct)
+        U.store(b, out, i, v, odt)
 
     def at(p: ir.Value, k: ir.Value, ety: ir.Type) -> ir.Value:
         return b.gep(p, [k], inbounds=True, source_etype=ety)
