@@ -15,6 +15,7 @@ import pytest
 
 import glowpy
 from glowpy.backends.cpu import cache
+from glowpy.backends.cpu.model_cache import flush
 from glowpy.cli import main
 from tests.backends.cpu.test_model_cache import FEED, conv_model
 
@@ -60,6 +61,7 @@ def test_eviction_removes_least_recently_used_first(tmp_path: Path) -> None:
 
 def test_a_hit_refreshes_an_entry(fresh_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     glowpy.compile(conv_model(0), threads=1)
+    flush()
     (w,) = fresh_dir.glob("model-*.w")
     os.utime(w, (1000, 1000))
     assert glowpy.compile(conv_model(0), threads=1).executable.model_cached
@@ -71,6 +73,7 @@ def test_cap_keeps_the_directory_small_and_results_right(fresh_dir: Path, monkey
     want = {}
     for seed in range(4):
         want[seed] = glowpy.compile(conv_model(seed), threads=1).run(FEED)["y"]
+        flush()
         total = sum(size for _, size, _ in cache.entries(fresh_dir))
         assert total <= 200 << 10
     for seed in range(4):  # evicted or not, every compile is right
@@ -81,6 +84,7 @@ def test_cli_path_info_clear(fresh_dir: Path, capsys: pytest.CaptureFixture) -> 
     assert main(["cache", "path"]) == 0
     assert capsys.readouterr().out.strip() == str(fresh_dir)
     glowpy.compile(conv_model(0), threads=1)
+    flush()
     assert main(["cache", "info"]) == 0
     out = capsys.readouterr().out
     assert f"directory {fresh_dir}" in out and "model     2 files" in out and "code      1 files" in out
@@ -90,6 +94,7 @@ def test_cli_path_info_clear(fresh_dir: Path, capsys: pytest.CaptureFixture) -> 
     assert "removed" in capsys.readouterr().out
     assert not cache.entries(fresh_dir)
     assert not glowpy.compile(conv_model(0), threads=1).cached
+    flush()
 
 
 def test_cli_cache_needs_an_action(capsys: pytest.CaptureFixture) -> None:

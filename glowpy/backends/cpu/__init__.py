@@ -41,7 +41,15 @@ from glowpy.backends.cpu.cache import ObjectCache, cache_key, graph_signature
 from glowpy.backends.cpu.irutil import supported_dtype
 from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, KERNELS
 from glowpy.backends.cpu.model_cache import FORMAT as MODEL_FORMAT
-from glowpy.backends.cpu.model_cache import ModelCache, graph_state, model_digest, model_key, restore_graph
+from glowpy.backends.cpu.model_cache import (
+    ModelCache,
+    graph_state,
+    model_digest,
+    model_key,
+    restore_graph,
+    write_behind,
+)
+from glowpy.backends.cpu.model_cache import flush as flush_model_writes
 from glowpy.backends.cpu.target import HostTarget, host_target, isa_available, new_machine
 from glowpy.errors import (
     InternalError,
@@ -394,6 +402,7 @@ class CpuBackend(Backend):
     def load_compiled(self, key: str, options: dict[str, Any]) -> tuple[Graph, CpuExecutable, Any] | None:
         """(optimized graph, executable, the stored import summary) from the model cache, or None."""
         start = time.perf_counter()
+        flush_model_writes()  # this process's own pending write of the same model is a hit, not a recompile
         store = ObjectCache()
         entry = ModelCache(store).get(key)
         if entry is None:
@@ -418,12 +427,14 @@ class CpuBackend(Backend):
         return graph, executable, meta["imported"]
 
     def store_compiled(self, key: str, graph: Graph, executable: CpuExecutable, imported: Any) -> bool:
-        """Record a compile under `key` (False, never an exception, when the cache cannot take it)."""
+        """Record a compile under `key`, on a background thread (writing a model's weights costs about
+        as much as its import; model_cache.flush() waits). False when there is nothing to record."""
         if not isinstance(executable, CpuExecutable) or getattr(executable, "code_key", None) is None:
             return False
         meta = {"format": MODEL_FORMAT, "code_key": executable.code_key, "graph": graph_state(graph),
                 "layout": executable.layout.meta(), "imported": imported}
-        return ModelCache(ObjectCache()).put(key, meta, executable.layout.weights)
+        write_behind(ModelCache(ObjectCache()).put, key, meta, list(executable.layout.weights))
+        return True
 
     def compile(self, graph: Graph, **options: Any) -> CpuExecutable:
         # Building LLVM IR in llvmlite allocates ~10^5 small objects and no cycles worth collecting

@@ -15,7 +15,7 @@ An entry is two files in the cache directory:
   pages come in on first use. Its size and a digest of 64 sampled 4 KiB pages are checked (a truncated
   or replaced file is refused); hashing all of it would cost more than the rest of a hit.
 The weights file is written first and both go through a temporary file and os.replace, so a reader
-never sees a half-written entry. A hit whose object code was evicted is a miss.
+never sees a half-written entry. The write runs on a background thread (write_behind; flush() waits). A hit whose object code was evicted is a miss.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import mmap
 import os
 import pickle
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,6 +177,37 @@ def restore_graph(state: tuple) -> Graph:
         g.nodes.append(node)
     g.outputs = [values[n] for n in outputs]
     return g
+
+
+# --- writing behind ----------------------------------------------------------------------------------
+
+_writers: list[threading.Thread] = []
+_writers_lock = threading.Lock()
+
+
+def write_behind(put: Any, *args: Any) -> None:
+    """Run a cache write on a thread of its own, so the compile returns first. The thread is not a
+    daemon: the interpreter waits for it at exit (a process killed meanwhile leaves a temporary file,
+    never a half entry: the weights file is moved into place before the entry naming it is written)."""
+    def run() -> None:
+        try:
+            put(*args)
+        except Exception as e:  # noqa: BLE001  (a cache fault never reaches the caller)
+            warn_once(Path(tempfile.gettempdir()), "write", f"model entry not stored ({type(e).__name__}: {e})")
+
+    t = threading.Thread(target=run, name="glowpy-cache-write")
+    with _writers_lock:
+        _writers[:] = [w for w in _writers if w.is_alive()]
+        _writers.append(t)
+    t.start()
+
+
+def flush() -> None:
+    """Wait for this process's pending model cache writes."""
+    with _writers_lock:
+        pending = list(_writers)
+    for t in pending:
+        t.join()
 
 
 # --- entries ------------------------------------------------------------------------------------------

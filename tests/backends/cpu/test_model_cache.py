@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import glowpy
 import glowpy.pipeline as pipeline
-from glowpy.backends.cpu.model_cache import graph_state, restore_graph
+from glowpy.backends.cpu.model_cache import flush, graph_state, restore_graph
 
 
 def conv_model(seed: int = 0) -> bytes:
@@ -52,6 +52,7 @@ def test_hit_skips_import_and_gives_identical_results(fresh_dir: Path, monkeypat
     data = conv_model()
     cold = glowpy.compile(data, threads=1)
     assert not cold.cached
+    flush()
     assert list(fresh_dir.glob("model-*.w"))
     no_import(monkeypatch)
     hot = glowpy.compile(data, threads=1)
@@ -123,6 +124,7 @@ def test_what_changes_the_result_changes_the_key(fresh_dir: Path, change: str) -
 def test_damaged_entry_is_rebuilt(fresh_dir: Path, damage: str) -> None:
     data = conv_model()
     want = glowpy.compile(data, threads=1).run(FEED)["y"]
+    flush()
     (w,) = fresh_dir.glob("model-*.w")
     (meta,) = fresh_dir.glob("model-*.o")
     if damage == "truncate":
@@ -157,6 +159,7 @@ def test_a_file_rewritten_in_place_is_not_mistaken(fresh_dir: Path, tmp_path: Pa
     path.write_bytes(conv_model(seed=0))
     os.utime(path, ns=(10**18, 10**18))  # settled long ago: its digest is remembered by stat
     first = glowpy.compile(path, threads=1).run(FEED)["y"]
+    flush()
     assert list(fresh_dir.glob("path-*.o"))
     assert glowpy.compile(path, threads=1).executable.model_cached
     path.write_bytes(conv_model(seed=1))  # same size and (restored) mtime, other weights
@@ -173,5 +176,6 @@ def test_external_data_models_skip_the_model_cache(fresh_dir: Path, tmp_path: Pa
               size_threshold=0)
     want = glowpy.compile(path, threads=1).run(FEED)["y"]
     again = glowpy.compile(path, threads=1)
+    flush()
     assert not again.executable.model_cached and not list(fresh_dir.glob("model-*"))
     np.testing.assert_array_equal(again.run(FEED)["y"], want)
