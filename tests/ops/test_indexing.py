@@ -155,11 +155,6 @@ def test_range_from_shape(backend):
     check_graph(backend, nodes, {"x": randint(3, 7)}, ["y"], opset=15, initializers=init)
 
 
-def test_range_runtime_refused():
-    expect_error(UnsupportedShape, "Range", [np.array(0, I64), scalar(5), scalar(1)], opset=11,
-                 mentions=["compile time"], compat=False)  # the check assumes a declared input is a weight
-
-
 def test_range_zero_delta():
     expect_error(InvalidModel, "Range", [scalar(0), scalar(5), scalar(0)], opset=11, mentions=["delta"], compat=False)
 
@@ -242,11 +237,6 @@ def test_cumulative_int(backend, op, opset):
     check(backend, op, [randint(4, 6, dtype=np.int32), scalar(1, np.int32)], opset=opset, attrs={"exclusive": 1})
 
 
-def test_cumsum_runtime_axis_refused():
-    expect_error(UnsupportedShape, "CumSum", [randn(3, 4), np.array(1, I64)], opset=14, mentions=["compile time"],
-                 compat=False)
-
-
 # --- TopK, ArgMin / ArgMax, Hardmax ---------------------------------------------------------------
 
 
@@ -262,12 +252,6 @@ def test_topk(backend, opset, attrs):
 @pytest.mark.parametrize("dtype", ["i32", "i64", "u8"])
 def test_topk_ints(backend, dtype):
     check(backend, "TopK", [DATA[dtype](3, 7), ints(7)], opset=11, attrs={"largest": 0}, outputs=2)
-
-
-def test_topk_runtime_k_refused():
-    err = expect_error(UnsupportedShape, "TopK", [randn(3, 4), np.array([2], I64)], opset=11, outputs=2,
-                       mentions=["depends on input values"], compat=False)
-    assert "run time" in str(err)
 
 
 @pytest.mark.parametrize("op", ["ArgMin", "ArgMax"])
@@ -311,11 +295,6 @@ def test_onehot_float_indices_int_values(backend):
                               np.array([0, 7], np.int32)], opset=11)
 
 
-def test_onehot_runtime_depth_refused():
-    expect_error(UnsupportedShape, "OneHot", [np.array([1], I64), np.array(3, I64), np.array([0, 1], np.float32)],
-                 opset=11, mentions=["compile time"], compat=False)
-
-
 @pytest.mark.parametrize("batch_axis,time_axis", [(1, 0), (0, 1)])
 @pytest.mark.parametrize("dtype", ["f32", "i64"])
 def test_reverse_sequence(backend, batch_axis, time_axis, dtype):
@@ -356,6 +335,23 @@ def test_einsum_int(backend):
 
 def test_einsum_bad_equation():
     expect_error(InvalidModel, "Einsum", [randn(3, 4)], opset=12, attrs={"equation": "ijk->i"}, mentions=["rank"])
+
+
+# --- operands fed at run time: the model specializes on their values (glowpy.importer.specialize) ------
+
+RUNTIME_OPERANDS = {
+    "Range": ([np.array(0, I64), np.array(5, I64), np.array(1, I64)], 11, {}, 1),
+    "CumSum": ([randn(3, 4), np.array(1, I64)], 14, {}, 1),
+    "TopK": ([randn(3, 4), np.array([2], I64)], 11, {}, 2),
+    "OneHot": ([np.array([1, 0, 2], I64), np.array(3, I64), np.array([0, 1], np.float32)], 11, {}, 1),
+}
+
+
+@pytest.mark.parametrize("op", list(RUNTIME_OPERANDS))
+def test_runtime_operand_specializes(backend, op):
+    """Range's bounds, CumSum's axis, TopK's K, OneHot's depth as graph inputs: compiled per value."""
+    ins, opset, attrs, outs = RUNTIME_OPERANDS[op]
+    check(backend, op, ins, opset=opset, attrs=attrs, outputs=outs)
 
 
 # --- refusals ------------------------------------------------------------------------------------
