@@ -28,7 +28,7 @@ from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES
 
 FLOATS = Rule(lambda v: isinstance(v, list) and all(isinstance(x, float) for x in v), "a list of floats")
 
-# --- Resize / Upsample, GlobalLpPool, MaxUnpool -----------------------------------------------------
+# --- Resize / Upsample, GlobalLpPool, MaxUnpool, Col2Im-----------------------------------------------
 
 
 def _const_floats(ctx: NodeContext, i: int) -> tuple[float, ...] | None:
@@ -148,6 +148,16 @@ def max_unpool(ctx: NodeContext) -> list[Value]:
     out = ctx.const_ints(2) if ctx.has_input(2) else ()
     return ctx.emit("MaxUnpool", [x, idx], {"kernel_shape": tuple(kernel), "strides": strides, "pads": pads,
                                             "output_shape": tuple(out)})
+
+
+@onnx_op("Col2Im", attrs={"dilations": POSITIVE_INTS, "pads": NON_NEGATIVE_INTS, "strides": POSITIVE_INTS},
+         const_inputs=(1, 2), since=18)
+def col2im(ctx: NodeContext) -> list[Value]:
+    img, blk = ctx.required_ints(1), ctx.required_ints(2)
+    n = len(img)
+    return ctx.emit("Col2Im", [ctx.input(0)], {
+        "image_shape": img, "block_shape": blk, "strides": tuple(ctx.attr("strides", [1] * n)),
+        "dilations": tuple(ctx.attr("dilations", [1] * n)), "pads": tuple(ctx.attr("pads", [0] * (2 * n)))})
 
 
 # --- normalizations composed of IR ops -----------------------------------------------------------

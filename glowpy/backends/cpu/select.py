@@ -21,7 +21,7 @@ from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
 from glowpy.errors import GlowpyError
 from glowpy.ir.graph import Node, Value
-from glowpy.ir.ops.nn import unpool_shape
+from glowpy.ir.ops.nn import col2im_table, unpool_shape
 from glowpy.ir.ops.resize import tables_for
 from glowpy.ir.types import TensorType
 
@@ -265,6 +265,15 @@ def _lower_LpPool(low: Lowering, node: Node) -> None:
     _pool(low, node, "lp")
 
 
+def _lower_Col2Im(low: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    planes = out.shape[0] * out.shape[1]
+    fn = pool.emit_col2im(low.kmod(), low.fname([node]), x.dtype, planes, x.type.size // max(planes, 1),
+                          math.prod(out.shape[2:]))
+    _simple(low, node, fn, [low.val(x), low.array(col2im_table(node.attrs).astype(np.int32))],
+            float(x.type.size + out.type.size))
+
+
 def _lower_MaxUnpool(low: Lowering, node: Node) -> None:
     x, idx = node.inputs
     out = node.outputs[0]
@@ -439,6 +448,7 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "AveragePool": _lower_AveragePool,
     "LpPool": _lower_LpPool,
     "MaxUnpool": _lower_MaxUnpool,
+    "Col2Im": _lower_Col2Im,
     "GlobalAveragePool": _lower_GlobalAveragePool,
     "GlobalMaxPool": _lower_GlobalMaxPool,
     "ReduceSum": _lower_ReduceSum,
