@@ -160,6 +160,20 @@ def col2im(ctx: NodeContext) -> list[Value]:
         "dilations": tuple(ctx.attr("dilations", [1] * n)), "pads": tuple(ctx.attr("pads", [0] * (2 * n)))})
 
 
+@onnx_op("GridSample", attrs={"mode": one_of("bilinear", "nearest", "bicubic", "linear", "cubic"),
+                              "padding_mode": one_of("zeros", "border", "reflection"), "align_corners": BOOL_INT},
+         since=16)
+def grid_sample(ctx: NodeContext) -> list[Value]:
+    x = ctx.input(0)
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(ctx.attr("mode"), ctx.attr("mode"))
+    if ctx.opset < 20 and (mode not in ("linear", "nearest", "cubic") or x.type.rank != 4 or
+                           ctx.attr("mode") in ("linear", "cubic")):
+        raise ctx.unsupported("GridSample before opset 20 takes 4-D input and mode bilinear / nearest / bicubic",
+                              expected="rank 4; bilinear, nearest, bicubic", found=f"rank {x.type.rank}; {mode}")
+    return ctx.emit("GridSample", [x, ctx.input(1)], {"mode": mode, "padding_mode": ctx.attr("padding_mode"),
+                                                      "align_corners": ctx.attr("align_corners")})
+
+
 # --- normalizations composed of IR ops -----------------------------------------------------------
 
 

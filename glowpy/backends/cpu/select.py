@@ -14,7 +14,7 @@ from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.fusion import post_elementwise
-from glowpy.backends.cpu.kernels import linalg, movement, norm, pool, reduce, resize
+from glowpy.backends.cpu.kernels import grid_sample, linalg, movement, norm, pool, reduce, resize
 from glowpy.backends.cpu.kernels.conv import emit_conv2d
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
 from glowpy.backends.cpu.module_text import ident
@@ -265,6 +265,15 @@ def _lower_LpPool(low: Lowering, node: Node) -> None:
     _pool(low, node, "lp")
 
 
+def _lower_GridSample(low: Lowering, node: Node) -> None:
+    x, grid = node.inputs
+    a = node.attrs
+    fn = grid_sample.emit_grid_sample(low.kmod(), low.fname([node]), x.dtype, x.shape, grid.shape, a["mode"],
+                                      a["padding_mode"], bool(a["align_corners"]))
+    taps = {"nearest": 1, "linear": 2, "cubic": 4}[a["mode"]] ** (x.type.rank - 2)
+    _simple(low, node, fn, [low.val(x), low.val(grid)], float(node.outputs[0].type.size * taps))
+
+
 def _lower_Col2Im(low: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     planes = out.shape[0] * out.shape[1]
@@ -449,6 +458,7 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "LpPool": _lower_LpPool,
     "MaxUnpool": _lower_MaxUnpool,
     "Col2Im": _lower_Col2Im,
+    "GridSample": _lower_GridSample,
     "GlobalAveragePool": _lower_GlobalAveragePool,
     "GlobalMaxPool": _lower_GlobalMaxPool,
     "ReduceSum": _lower_ReduceSum,

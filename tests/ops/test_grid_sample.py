@@ -1,0 +1,51 @@
+"""GridSample (opsets 16, 20, 22) against onnx.reference on every backend: each mode, padding mode and
+align_corners, grids reaching past the borders, 1-D to 3-D spatial input (opset 20), dtypes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from glowpy.errors import MismatchingShape, UnsupportedAttribute
+
+from .util import check, expect_error, randn, rng
+
+
+def grid(*shape, spread=1.3, dtype=np.float32, seed=1):
+    return rng(seed).uniform(-spread, spread, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_grid_sample(backend, mode, padding, align_corners):
+    check(backend, "GridSample", [randn(2, 3, 5, 6), grid(2, 4, 7, 2)], opset=20,
+          attrs={"mode": mode, "padding_mode": padding, "align_corners": align_corners})
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_grid_sample_opset16(backend, mode):
+    # onnx.reference knows only the opset-20 mode names (it raises on bilinear / bicubic): onnxruntime
+    check(backend, "GridSample", [randn(1, 2, 4, 5), grid(1, 3, 3, 2, spread=2.5)], opset=16,
+          attrs={"mode": mode, "padding_mode": "reflection"}, oracle="onnxruntime")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("rank", [3, 5])
+def test_grid_sample_nd(backend, rank, mode):
+    sp = (7,) if rank == 3 else (3, 4, 5)
+    out = (5,) if rank == 3 else (2, 3, 2)
+    check(backend, "GridSample", [randn(2, 2, *sp), grid(2, *out, rank - 2)], opset=22,
+          attrs={"mode": mode, "padding_mode": "border" if mode == "cubic" else "zeros", "align_corners": 1})
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_grid_sample_dtypes(backend, dtype):
+    check(backend, "GridSample", [randn(1, 2, 4, 4, dtype=dtype), grid(1, 3, 3, 2, dtype=dtype)], opset=20,
+          attrs={"mode": "linear"})
+
+
+def test_grid_sample_errors():
+    expect_error(MismatchingShape, "GridSample", [randn(1, 2, 4, 4), grid(1, 3, 3, 3)], opset=20, mentions=["grid"])
+    expect_error(UnsupportedAttribute, "GridSample", [randn(1, 2, 4, 4), grid(1, 3, 3, 2)], opset=16,
+                 attrs={"mode": "linear"}, mentions=["mode"])
