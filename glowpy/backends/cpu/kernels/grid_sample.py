@@ -30,6 +30,22 @@ def _reflect(b: ir.IRBuilder, x: ir.Value, lo: float, hi: float) -> ir.Value:
     return b.select(b.fcmp_ordered(">", below, f(0.0)), side(below, lo, hi, 1.0), out)
 
 
+def _cubic_weights(b: ir.IRBuilder, t: ir.Value) -> list[ir.Value]:
+    """glowpy.ir.ops.grid_sample.cubic_coeffs for one float64 fraction."""
+    A = CUBIC_A
+    f = lambda v: ir.Constant(U.F64, float(v))  # noqa: E731
+
+    def outer(s: ir.Value) -> ir.Value:  # ((A s - 5A) s + 8A) s - 4A
+        r = b.fadd(b.fmul(b.fsub(b.fmul(f(A), s), f(5 * A)), s), f(8 * A))
+        return b.fsub(b.fmul(r, s), f(4 * A))
+
+    def inner(s: ir.Value) -> ir.Value:  # ((A + 2) s - (A + 3)) s s + 1
+        r = b.fsub(b.fmul(f(A + 2), s), f(A + 3))
+        return b.fadd(b.fmul(b.fmul(r, s), s), f(1))
+
+    return [outer(b.fadd(t, f(1))), inner(t), inner(b.fsub(f(1), t)), outer(b.fsub(f(2), t))]
+
+
 def emit_grid_sample(module: ir.Module, name: str, dtype: np.dtype, x_shape: tuple[int, ...],
                      grid_shape: tuple[int, ...], mode: str, padding: str, align_corners: bool) -> ir.Function:
     """void name(out, x, grid, tid, nthreads)."""
@@ -73,8 +89,9 @@ def emit_grid_sample(module: ir.Module, name: str, dtype: np.dtype, x_shape: tup
             elif padding == "reflection":
                 c = b.select(outside, b.fptrunc(_reflect(b, b.fpext(c, U.F64), lo[d], hi[d]), U.F32), c)
             c = b.fpext(c, U.F64)
-            # far-off coordinates only reach padding: clamp before the integer conversion
-            c = U.fmin_nan(b, U.fmax_nan(b, c, f64(-8)), f64(dims[d] + 8))
+            # far-off coordinates only reach padding: clamp before the integer conversion (maxnum takes a
+            # NaN coordinate to -8, so no index is ever out of the plane)
+            c = U.intrinsic(b, "llvm.minnum", U.intrinsic(b, "llvm.maxnum", c, f64(-8)), f64(dims[d] + 8))
             if mode == "nearest":
                 offs, base, ws = [0], c, [f64(1.0)]
             else:
@@ -83,19 +100,7 @@ def emit_grid_sample(module: ir.Module, name: str, dtype: np.dtype, x_shape: tup
                 if mode == "linear":
                     offs, ws = [0, 1], [b.fsub(f64(1), t), t]
                 else:
-                    A = CUBIC_A
-                    u, v, w = b.fadd(t, f64(1)), b.fsub(f64(1), t), b.fsub(f64(2), t)
-
-                    def poly_out(s: ir.Value) -> ir.Value:  # ((A s - 5A) s + 8A) s - 4A
-                        r = b.fsub(b.fmul(f64(A), s), f64(5 * A))
-                        r = b.fadd(b.fmul(r, s), f64(8 * A))
-                        return b.fsub(b.fmul(r, s), f64(4 * A))
-
-                    def poly_in(s: ir.Value) -> ir.Value:  # ((A + 2) s - (A + 3)) s s + 1
-                        r = b.fsub(b.fmul(f64(A + 2), s), f64(A + 3))
-                        return b.fadd(b.fmul(b.fmul(r, s), s), f64(1))
-
-                    offs, ws = [-1, 0, 1, 2], [poly_out(u), poly_in(t), poly_in(v), poly_out(w)]
+                    offs, ws = [-1, 0, 1, 2], _cubic_weights(b, t)
             base_i = b.fptosi(base, U.I64)
             dim_taps = []
             for o, wt in zip(offs, ws):
