@@ -174,6 +174,24 @@ def grid_sample(ctx: NodeContext) -> list[Value]:
                                                       "align_corners": ctx.attr("align_corners")})
 
 
+@onnx_op("AffineGrid", attrs={"align_corners": BOOL_INT}, const_inputs=(1,), since=20)
+def affine_grid(ctx: NodeContext) -> list[Value]:
+    theta = ctx.input(0)
+    size = ctx.required_ints(1)
+    nd = len(size) - 2
+    if nd not in (2, 3) or theta.shape != (size[0], nd, nd + 1):
+        raise ctx.error(InvalidModel, "theta must be (N, nd, nd + 1) for size (N, C, *spatial), nd 2 or 3",
+                        expected=(size[0], nd, nd + 1) if nd > 0 else "size of rank 4 or 5", found=theta.shape)
+    sp = size[2:]
+    # The base grid (x, y[, z], 1) per output point, x along the last dim; a constant of the node.
+    axes = [np.linspace(-1, 1, n) if ctx.attr("align_corners") else (np.arange(n) * 2 + 1) / n - 1 for n in sp]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    base = np.stack([*mesh[::-1], np.ones(sp)], -1).reshape(-1, nd + 1).astype(theta.dtype)
+    t = ctx.emit1("Transpose", [theta], {"perm": (0, 2, 1)})
+    g = ctx.emit1("MatMul", [ctx.constant(base, "base_grid"), t])  # (N, points, nd)
+    return ctx.emit("Reshape", [g], {"shape": (size[0], *sp, nd)})
+
+
 # --- normalizations composed of IR ops -----------------------------------------------------------
 
 

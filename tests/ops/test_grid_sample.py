@@ -1,4 +1,4 @@
-"""GridSample (opsets 16, 20, 22) against onnx.reference on every backend: each mode, padding mode and
+"""GridSample (opsets 16, 20, 22) and AffineGrid (20) against onnx.reference on every backend: each mode, padding mode and
 align_corners, grids reaching past the borders, 1-D to 3-D spatial input (opset 20), dtypes."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from glowpy.errors import MismatchingShape, UnsupportedAttribute
+from glowpy.errors import InvalidModel, MismatchingShape, UnsupportedAttribute
 
-from .util import check, expect_error, randn, rng
+from .util import Const, check, expect_error, randn, rng
 
 
 def grid(*shape, spread=1.3, dtype=np.float32, seed=1):
@@ -49,3 +49,16 @@ def test_grid_sample_errors():
     expect_error(MismatchingShape, "GridSample", [randn(1, 2, 4, 4), grid(1, 3, 3, 3)], opset=20, mentions=["grid"])
     expect_error(UnsupportedAttribute, "GridSample", [randn(1, 2, 4, 4), grid(1, 3, 3, 2)], opset=16,
                  attrs={"mode": "linear"}, mentions=["mode"])
+
+
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("size", [(2, 3, 4, 5), (1, 2, 3, 4, 2)])
+def test_affine_grid(backend, size, align_corners):
+    nd = len(size) - 2
+    check(backend, "AffineGrid", [randn(size[0], nd, nd + 1), Const(np.array(size, np.int64))], opset=20,
+          attrs={"align_corners": align_corners})
+
+
+def test_affine_grid_bad_theta():
+    expect_error(InvalidModel, "AffineGrid", [randn(1, 2, 2), Const(np.array([1, 1, 4, 4], np.int64))], opset=20,
+                 mentions=["theta"])
