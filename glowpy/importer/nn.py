@@ -192,6 +192,20 @@ def affine_grid(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Reshape", [g], {"shape": (size[0], *sp, nd)})
 
 
+@onnx_op("RoiAlign", attrs={"mode": one_of("avg", "max"), "output_height": POSITIVE, "output_width": POSITIVE,
+                            "sampling_ratio": INT, "spatial_scale": FLOAT,
+                            "coordinate_transformation_mode": one_of("half_pixel", "output_half_pixel")}, since=10)
+def roi_align(ctx: NodeContext) -> list[Value]:
+    if ctx.attr("sampling_ratio") < 0:
+        raise ctx.unsupported("sampling_ratio must be >= 0", expected=">= 0", found=ctx.attr("sampling_ratio"))
+    # before opset 16 there is no half-pixel offset
+    half = ctx.opset >= 16 and ctx.attr("coordinate_transformation_mode") == "half_pixel"
+    return ctx.emit("RoiAlign", [ctx.input(0), ctx.input(1), ctx.input(2)], {
+        "mode": ctx.attr("mode"), "output_height": ctx.attr("output_height"), "output_width": ctx.attr("output_width"),
+        "sampling_ratio": ctx.attr("sampling_ratio"), "spatial_scale": ctx.attr("spatial_scale"),
+        "half_pixel": int(half)})
+
+
 # --- normalizations composed of IR ops -----------------------------------------------------------
 
 

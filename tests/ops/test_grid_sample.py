@@ -1,4 +1,4 @@
-"""GridSample (opsets 16, 20, 22) and AffineGrid (20) against onnx.reference on every backend: each mode, padding mode and
+"""GridSample (opsets 16, 20, 22), AffineGrid (20) and RoiAlign (10, 16, 22) against onnx.reference on every backend: each mode, padding mode and
 align_corners, grids reaching past the borders, 1-D to 3-D spatial input (opset 20), dtypes."""
 
 from __future__ import annotations
@@ -62,3 +62,29 @@ def test_affine_grid(backend, size, align_corners):
 def test_affine_grid_bad_theta():
     expect_error(InvalidModel, "AffineGrid", [randn(1, 2, 2), Const(np.array([1, 1, 4, 4], np.int64))], opset=20,
                  mentions=["theta"])
+
+
+# --- RoiAlign --------------------------------------------------------------------------------------
+
+ROIS = np.array([[0.5, 0.5, 7.2, 6.1], [2.0, 1.0, 4.0, 9.5], [-3.0, -2.0, 3.0, 3.5], [6.0, 0.0, 11.0, 7.0]],
+                np.float32)
+
+
+@pytest.mark.parametrize("case", [
+    (16, {"mode": "avg"}), (16, {"mode": "max", "sampling_ratio": 2}),
+    (16, {"mode": "avg", "coordinate_transformation_mode": "output_half_pixel", "spatial_scale": 0.5}),
+    (10, {"mode": "avg", "output_height": 3, "output_width": 2}), (10, {"mode": "max"}),
+    (22, {"mode": "avg", "sampling_ratio": 3, "spatial_scale": 0.8, "output_height": 2, "output_width": 4}),
+], ids=["avg", "max-sr2", "output-half-pixel", "opset10", "opset10-max", "opset22-sr3"])
+def test_roi_align(backend, case):
+    opset, attrs = case
+    idx = np.array([0, 1, 1, 0], np.int64)
+    # onnx.reference applies the half-pixel offset at opset 10 too; opset 10 has none (it is opset 16's
+    # output_half_pixel, what onnxruntime does): onnxruntime there
+    check(backend, "RoiAlign", [randn(2, 3, 8, 10), ROIS, idx], opset=opset, attrs=attrs,
+          oracle="onnxruntime" if opset == 10 else "reference")
+
+
+def test_roi_align_bad_rois():
+    expect_error(MismatchingShape, "RoiAlign", [randn(1, 2, 4, 4), randn(3, 5), np.zeros(3, np.int64)], opset=16,
+                 mentions=["rois"])

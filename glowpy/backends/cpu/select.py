@@ -274,6 +274,14 @@ def _lower_GridSample(low: Lowering, node: Node) -> None:
     _simple(low, node, fn, [low.val(x), low.val(grid)], float(node.outputs[0].type.size * taps))
 
 
+def _lower_RoiAlign(low: Lowering, node: Node) -> None:
+    x, rois, idx = node.inputs
+    out = node.outputs[0]
+    fn = grid_sample.emit_roi_align(low.kmod(), low.fname([node]), x.dtype, x.shape, idx.dtype, rois.shape[0],
+                                    node.attrs)
+    _simple(low, node, fn, [low.val(x), low.val(rois), low.val(idx)], float(out.type.size * 16))
+
+
 def _lower_Col2Im(low: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     planes = out.shape[0] * out.shape[1]
@@ -459,6 +467,7 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "MaxUnpool": _lower_MaxUnpool,
     "Col2Im": _lower_Col2Im,
     "GridSample": _lower_GridSample,
+    "RoiAlign": _lower_RoiAlign,
     "GlobalAveragePool": _lower_GlobalAveragePool,
     "GlobalMaxPool": _lower_GlobalMaxPool,
     "ReduceSum": _lower_ReduceSum,

@@ -122,3 +122,67 @@ def grid_sample(attrs: dict, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
         vals = xf[batch, :, flat]  # (N, *out, C)
         y += np.moveaxis(vals * weight[..., None], -1, 1)
     return y.astype(x.dtype)
+
+
+# --- RoiAlign --------------------------------------------------------------------------------
+
+
+def _roi_axis(start: float, bin_size: float, pooled: int, grid: int, size: int):
+    """Sample positions along one axis of a roi: (low, high, weight of low, weight of high, outside),
+    each (pooled, grid), as onnx.reference's pre-calculation."""
+    f = np.float32
+    v = (start + np.arange(pooled, dtype=f)[:, None] * bin_size
+         + (np.arange(grid, dtype=f)[None, :] + f(0.5)) * bin_size / f(grid))
+    outside = (v < -1.0) | (v > size)
+    v = np.maximum(v, f(0))
+    low = v.astype(np.int64)
+    edge = low >= size - 1
+    low = np.where(edge, size - 1, low)
+    high = np.where(edge, size - 1, low + 1)
+    frac = np.where(edge, f(0), v - low.astype(f))
+    return low, high, f(1) - frac, frac, outside
+
+
+def _roi_infer(attrs: dict, x: TensorType, rois: TensorType, idx: TensorType) -> TensorType:
+    if x.rank != 4 or rois.rank != 2 or rois.shape[1] != 4 or idx.shape != (rois.shape[0],):
+        raise MismatchingShape("RoiAlign needs X (N, C, H, W), rois (R, 4), batch_indices (R,)", op="RoiAlign",
+                               expected="(N, C, H, W) (R, 4) (R,)", found=f"{x.shape} {rois.shape} {idx.shape}")
+    if attrs["mode"] not in ("avg", "max"):
+        raise UnsupportedAttribute("unknown mode", op="RoiAlign", expected="avg, max", found=attrs["mode"])
+    return TensorType(x.dtype, (rois.shape[0], x.shape[1], attrs["output_height"], attrs["output_width"]))
+
+
+@op("RoiAlign", infer=_roi_infer, inputs=(3, 3), dtypes=FLOAT_TYPES,
+    attrs={"mode": REQUIRED, "output_height": REQUIRED, "output_width": REQUIRED, "sampling_ratio": REQUIRED,
+           "spatial_scale": REQUIRED, "half_pixel": REQUIRED})
+def roi_align(attrs: dict, x: np.ndarray, rois: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Bilinear samples on a grid per output bin of each roi, averaged or maxed (onnx.reference's
+    arithmetic: a sample outside the image adds 0; max takes the largest weighted corner)."""
+    ph, pw = attrs["output_height"], attrs["output_width"]
+    n, ch, hgt, wid = x.shape
+    y = np.zeros((rois.shape[0], ch, ph, pw))
+    f = np.float32  # coordinates and weights in float32, as onnx.reference computes them
+    off = f(0.5 if attrs["half_pixel"] else 0.0)
+    for r, (box, b) in enumerate(zip(rois.astype(f), np.clip(idx, 0, n - 1))):
+        sw, sh, ew, eh = box * f(attrs["spatial_scale"]) - off
+        rw, rh = ew - sw, eh - sh
+        if not attrs["half_pixel"]:
+            rw, rh = max(rw, f(1)), max(rh, f(1))
+        sr = attrs["sampling_ratio"]
+        gh = sr if sr > 0 else int(np.ceil(rh / f(ph)))
+        gw = sr if sr > 0 else int(np.ceil(rw / f(pw)))
+        count = max(gh * gw, 1)
+        if gh <= 0 or gw <= 0:
+            continue
+        yl, yh, wyl, wyh, oy = _roi_axis(sh, rh / f(ph), ph, gh, hgt)
+        xl, xh, wxl, wxh, ox = _roi_axis(sw, rw / f(pw), pw, gw, wid)
+        keep = ~(oy[:, :, None, None] | ox[None, None, :, :])  # (ph, gh, pw, gw)
+        img = x[b].astype(np.float64)
+        corners = [img[:, yy[:, :, None, None], xx[None, None, :, :]]
+                   * (wy[:, :, None, None] * wx[None, None] * keep).astype(np.float64)
+                   for yy, wy in ((yl, wyl), (yh, wyh)) for xx, wx in ((xl, wxl), (xh, wxh))]
+        if attrs["mode"] == "avg":
+            y[r] = sum(corners).sum(axis=(2, 4)) / count
+        else:
+            y[r] = np.max(np.maximum.reduce(corners), axis=(2, 4))
+    return y.astype(x.dtype)
