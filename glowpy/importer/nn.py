@@ -28,7 +28,7 @@ from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES
 
 FLOATS = Rule(lambda v: isinstance(v, list) and all(isinstance(x, float) for x in v), "a list of floats")
 
-# --- Resize / Upsample, GlobalLpPool, MaxUnpool -----------------------------------------------------
+# --- Resize / Upsample, GlobalLpPool, MaxUnpool, Col2Im-----------------------------------------------
 
 
 def _const_floats(ctx: NodeContext, i: int) -> tuple[float, ...] | None:
@@ -148,6 +148,62 @@ def max_unpool(ctx: NodeContext) -> list[Value]:
     out = ctx.const_ints(2) if ctx.has_input(2) else ()
     return ctx.emit("MaxUnpool", [x, idx], {"kernel_shape": tuple(kernel), "strides": strides, "pads": pads,
                                             "output_shape": tuple(out)})
+
+
+@onnx_op("Col2Im", attrs={"dilations": POSITIVE_INTS, "pads": NON_NEGATIVE_INTS, "strides": POSITIVE_INTS},
+         const_inputs=(1, 2), since=18)
+def col2im(ctx: NodeContext) -> list[Value]:
+    img, blk = ctx.required_ints(1), ctx.required_ints(2)
+    n = len(img)
+    return ctx.emit("Col2Im", [ctx.input(0)], {
+        "image_shape": img, "block_shape": blk, "strides": tuple(ctx.attr("strides", [1] * n)),
+        "dilations": tuple(ctx.attr("dilations", [1] * n)), "pads": tuple(ctx.attr("pads", [0] * (2 * n)))})
+
+
+@onnx_op("GridSample", attrs={"mode": one_of("bilinear", "nearest", "bicubic", "linear", "cubic"),
+                              "padding_mode": one_of("zeros", "border", "reflection"), "align_corners": BOOL_INT},
+         since=16)
+def grid_sample(ctx: NodeContext) -> list[Value]:
+    x = ctx.input(0)
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(ctx.attr("mode"), ctx.attr("mode"))
+    if ctx.opset < 20 and (mode not in ("linear", "nearest", "cubic") or x.type.rank != 4 or
+                           ctx.attr("mode") in ("linear", "cubic")):
+        raise ctx.unsupported("GridSample before opset 20 takes 4-D input and mode bilinear / nearest / bicubic",
+                              expected="rank 4; bilinear, nearest, bicubic", found=f"rank {x.type.rank}; {mode}")
+    return ctx.emit("GridSample", [x, ctx.input(1)], {"mode": mode, "padding_mode": ctx.attr("padding_mode"),
+                                                      "align_corners": ctx.attr("align_corners")})
+
+
+@onnx_op("AffineGrid", attrs={"align_corners": BOOL_INT}, const_inputs=(1,), since=20)
+def affine_grid(ctx: NodeContext) -> list[Value]:
+    theta = ctx.input(0)
+    size = ctx.required_ints(1)
+    nd = len(size) - 2
+    if nd not in (2, 3) or theta.shape != (size[0], nd, nd + 1):
+        raise ctx.error(InvalidModel, "theta must be (N, nd, nd + 1) for size (N, C, *spatial), nd 2 or 3",
+                        expected=(size[0], nd, nd + 1) if nd > 0 else "size of rank 4 or 5", found=theta.shape)
+    sp = size[2:]
+    # The base grid (x, y[, z], 1) per output point, x along the last dim; a constant of the node.
+    axes = [np.linspace(-1, 1, n) if ctx.attr("align_corners") else (np.arange(n) * 2 + 1) / n - 1 for n in sp]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    base = np.stack([*mesh[::-1], np.ones(sp)], -1).reshape(-1, nd + 1).astype(theta.dtype)
+    t = ctx.emit1("Transpose", [theta], {"perm": (0, 2, 1)})
+    g = ctx.emit1("MatMul", [ctx.constant(base, "base_grid"), t])  # (N, points, nd)
+    return ctx.emit("Reshape", [g], {"shape": (size[0], *sp, nd)})
+
+
+@onnx_op("RoiAlign", attrs={"mode": one_of("avg", "max"), "output_height": POSITIVE, "output_width": POSITIVE,
+                            "sampling_ratio": INT, "spatial_scale": FLOAT,
+                            "coordinate_transformation_mode": one_of("half_pixel", "output_half_pixel")}, since=10)
+def roi_align(ctx: NodeContext) -> list[Value]:
+    if ctx.attr("sampling_ratio") < 0:
+        raise ctx.unsupported("sampling_ratio must be >= 0", expected=">= 0", found=ctx.attr("sampling_ratio"))
+    # before opset 16 there is no half-pixel offset
+    half = ctx.opset >= 16 and ctx.attr("coordinate_transformation_mode") == "half_pixel"
+    return ctx.emit("RoiAlign", [ctx.input(0), ctx.input(1), ctx.input(2)], {
+        "mode": ctx.attr("mode"), "output_height": ctx.attr("output_height"), "output_width": ctx.attr("output_width"),
+        "sampling_ratio": ctx.attr("sampling_ratio"), "spatial_scale": ctx.attr("spatial_scale"),
+        "half_pixel": int(half)})
 
 
 # --- normalizations composed of IR ops -----------------------------------------------------------

@@ -300,6 +300,32 @@ def test_max_unpool_bad_indices():
                  attrs={"kernel_shape": [2, 2], "strides": [2, 2]}, mentions=["indices"])
 
 
+COL2IM = {
+    # name: (N, C, image, block, attrs)
+    "2d": (1, 2, (5, 5), (2, 2), {}),
+    "2d-all": (2, 3, (6, 7), (3, 2), {"strides": [2, 1], "dilations": [1, 2], "pads": [1, 0, 2, 1]}),
+    "1d": (1, 2, (9,), (3,), {"strides": [2]}),
+    "3d": (1, 1, (3, 4, 3), (2, 2, 2), {"pads": [0, 1, 0, 1, 0, 1]}),
+}
+
+
+@pytest.mark.parametrize("case", list(COL2IM))
+def test_col2im(backend, case):
+    n, c, img, blk, attrs = COL2IM[case]
+    nd = len(img)
+    st, dil = attrs.get("strides", [1] * nd), attrs.get("dilations", [1] * nd)
+    pads = attrs.get("pads", [0] * (2 * nd))
+    blocks = [(img[d] + pads[d] + pads[d + nd] - dil[d] * (blk[d] - 1) - 1) // st[d] + 1 for d in range(nd)]
+    x = randn(n, c * int(np.prod(blk)), int(np.prod(blocks)))
+    check(backend, "Col2Im", [x, Const(np.array(img, np.int64)), Const(np.array(blk, np.int64))], opset=18,
+          attrs=attrs)
+
+
+def test_col2im_bad_length():
+    expect_error(MismatchingShape, "Col2Im", [randn(1, 4, 7), Const(np.array([4, 4], np.int64)),
+                                              Const(np.array([2, 2], np.int64))], opset=18, mentions=["blocks"])
+
+
 def test_pool_missing_kernel_shape():
     expect_error(UnsupportedAttribute, "MaxPool", [randn(1, 2, 4, 4)], opset=12, mentions=["kernel_shape"])
 

@@ -15,14 +15,14 @@ from llvmlite import ir
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.fusion import post_elementwise
 from glowpy.backends.cpu.kernels import elementwise as EW
-from glowpy.backends.cpu.kernels import indexing, linalg, movement, norm, pool, reduce, resize, rnn
+from glowpy.backends.cpu.kernels import grid_sample, indexing, linalg, movement, norm, pool, reduce, resize, rnn
 from glowpy.backends.cpu.kernels.conv import emit_conv2d
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
 from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
 from glowpy.errors import GlowpyError
 from glowpy.ir.graph import Node, Value
-from glowpy.ir.ops.nn import unpool_shape
+from glowpy.ir.ops.nn import col2im_table, unpool_shape
 from glowpy.ir.ops.resize import tables_for
 from glowpy.ir.ops.rnn import CELLS, activations_of
 from glowpy.ir.types import TensorType
@@ -265,6 +265,32 @@ def _lower_AveragePool(low: Lowering, node: Node) -> None:
 
 def _lower_LpPool(low: Lowering, node: Node) -> None:
     _pool(low, node, "lp")
+
+
+def _lower_GridSample(low: Lowering, node: Node) -> None:
+    x, grid = node.inputs
+    a = node.attrs
+    fn = grid_sample.emit_grid_sample(low.kmod(), low.fname([node]), x.dtype, x.shape, grid.shape, a["mode"],
+                                      a["padding_mode"], bool(a["align_corners"]))
+    taps = {"nearest": 1, "linear": 2, "cubic": 4}[a["mode"]] ** (x.type.rank - 2)
+    _simple(low, node, fn, [low.val(x), low.val(grid)], float(node.outputs[0].type.size * taps))
+
+
+def _lower_RoiAlign(low: Lowering, node: Node) -> None:
+    x, rois, idx = node.inputs
+    out = node.outputs[0]
+    fn = grid_sample.emit_roi_align(low.kmod(), low.fname([node]), x.dtype, x.shape, idx.dtype, rois.shape[0],
+                                    node.attrs)
+    _simple(low, node, fn, [low.val(x), low.val(rois), low.val(idx)], float(out.type.size * 16))
+
+
+def _lower_Col2Im(low: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    planes = out.shape[0] * out.shape[1]
+    fn = pool.emit_col2im(low.kmod(), low.fname([node]), x.dtype, planes, x.type.size // max(planes, 1),
+                          math.prod(out.shape[2:]))
+    _simple(low, node, fn, [low.val(x), low.array(col2im_table(node.attrs).astype(np.int32))],
+            float(x.type.size + out.type.size))
 
 
 def _lower_MaxUnpool(low: Lowering, node: Node) -> None:
@@ -518,6 +544,9 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "AveragePool": _lower_AveragePool,
     "LpPool": _lower_LpPool,
     "MaxUnpool": _lower_MaxUnpool,
+    "Col2Im": _lower_Col2Im,
+    "GridSample": _lower_GridSample,
+    "RoiAlign": _lower_RoiAlign,
     "GlobalAveragePool": _lower_GlobalAveragePool,
     "GlobalMaxPool": _lower_GlobalMaxPool,
     "ReduceSum": _lower_ReduceSum,

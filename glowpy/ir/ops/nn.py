@@ -381,6 +381,54 @@ def global_max_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
     return x.max(axis=tuple(range(2, x.ndim)), keepdims=True)
 
 
+# --- Col2Im ----------------------------------------------------------------------------------
+
+
+def col2im_table(attrs: dict) -> np.ndarray:
+    """For each (kernel offset k, block l) of a column, the flat image position it adds to (-1: padding)."""
+    img, blk = attrs["image_shape"], attrs["block_shape"]
+    n = len(img)
+    st, dil, pads = attrs["strides"], attrs["dilations"], attrs["pads"]
+    blocks = [conv_out_dim(img[d], blk[d], st[d], pads[d] + pads[d + n], dil[d]) for d in range(n)]
+    k = np.stack(np.meshgrid(*[np.arange(b) for b in blk], indexing="ij"), -1).reshape(-1, 1, n)
+    q = np.stack(np.meshgrid(*[np.arange(b) for b in blocks], indexing="ij"), -1).reshape(1, -1, n)
+    pos = q * np.array(st) - np.array(pads[:n]) + k * np.array(dil)
+    inside = ((pos >= 0) & (pos < np.array(img))).all(-1)
+    flat = (pos * np.array([math.prod(img[d + 1:]) for d in range(n)])).sum(-1)
+    return np.where(inside, flat, -1).reshape(-1)
+
+
+def _col2im_infer(attrs: dict, x: TensorType) -> TensorType:
+    img, blk = tuple(attrs["image_shape"]), tuple(attrs["block_shape"])
+    n = len(img)
+    if x.rank != 3 or len(blk) != n or any(len(attrs[k]) != n for k in ("strides", "dilations")) \
+            or len(attrs["pads"]) != 2 * n:
+        raise UnsupportedShape("Col2Im needs input (N, C * prod(block), L) and per-dim attributes", op="Col2Im",
+                               expected=f"rank 3, {n} values per attribute", found=f"rank {x.rank}")
+    k = math.prod(blk)
+    blocks = [conv_out_dim(img[d], blk[d], attrs["strides"][d], attrs["pads"][d] + attrs["pads"][d + n],
+                           attrs["dilations"][d]) for d in range(n)]
+    if x.shape[1] % k or x.shape[2] != math.prod(blocks) or min(blocks) < 1:
+        raise MismatchingShape("input does not match the blocks of image_shape", op="Col2Im",
+                               expected=f"(N, C * {k}, {math.prod(blocks)})", found=x.shape)
+    return TensorType(x.dtype, (x.shape[0], x.shape[1] // k, *img))
+
+
+@op("Col2Im", infer=_col2im_infer, dtypes=NUMERIC_TYPES,
+    attrs={"image_shape": REQUIRED, "block_shape": REQUIRED, "strides": REQUIRED, "dilations": REQUIRED,
+           "pads": REQUIRED})
+def col2im(attrs: dict, x: np.ndarray) -> np.ndarray:
+    """Sum each column entry into the image position its kernel offset and block reach (the inverse
+    of im2col's gather)."""
+    y = _col2im_infer(attrs, TensorType.of(x))
+    tab = col2im_table(attrs)
+    cols = x.reshape(y.shape[0] * y.shape[1], -1)
+    out = np.zeros((cols.shape[0], math.prod(attrs["image_shape"]) + 1), dtype=np.float64 if x.dtype.kind == "f"
+                   else x.dtype)
+    np.add.at(out, (slice(None), np.where(tab < 0, out.shape[1] - 1, tab)), cols)
+    return out[:, :-1].astype(x.dtype).reshape(y.shape)
+
+
 # --- Normalization ---------------------------------------------------------------------------
 
 

@@ -207,3 +207,28 @@ def emit_unpool(module: ir.Module, name: str, dtype: np.dtype, x_size: int, full
                 U.store(b, out, o, U.load(b, x, k, dtype), dtype)
     b.ret_void()
     return fn
+
+
+def emit_col2im(module: ir.Module, name: str, dtype: np.dtype, planes: int, cols: int, plane_out: int
+                ) -> ir.Function:
+    """void name(out, x, i32* table, tid, nthreads): Col2Im. Per (n, c) plane (threads split them) the
+    output is zeroed, then column entry j adds into position table[j] (-1: padding, skipped)."""
+    params = [("out", U.ptr_type(dtype)), ("x", U.ptr_type(dtype)), ("table", U.I32.as_pointer()),
+              ("tid", U.I32), ("nthreads", U.I32)]
+    fn, b = U.new_function(module, name, params)
+    out, x, tab, tid, nt = fn.args
+    lo, hi = U.thread_range(b, planes, tid, nt, "planes")
+    with U.for_range(b, lo, hi, "plane") as p:
+        ob, xb = b.mul(p, U.i64(plane_out)), b.mul(p, U.i64(cols))
+        with U.for_range(b, 0, plane_out, "z") as z:
+            U.store(b, out, b.add(ob, z), U.const(dtype, 0), dtype)
+        with U.for_range(b, 0, cols, "j") as j:
+            o = b.sext(b.load(b.gep(tab, [j], inbounds=True)), U.I64)
+            with U.if_then(b, b.icmp_signed(">=", o, U.i64(0)), "inside"):
+                at = b.add(ob, o)
+                v = U.load(b, x, b.add(xb, j), dtype)
+                acc = U.load(b, out, at, dtype)
+                s = b.fadd(acc, v) if U.is_float(dtype) else b.add(acc, v)
+                U.store(b, out, at, U.round_half(b, s, dtype) if U.is_float(dtype) else s, dtype)
+    b.ret_void()
+    return fn
