@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from glowpy.compiled import CompiledModel
+    from glowpy.compiled import CompiledModel, SpecializingModel
     from glowpy.importer import ModelLike, ShapeMap
     from glowpy.ir import Graph
 
@@ -24,6 +24,7 @@ _LAZY = {
     "CompatReport": "glowpy.importer.compat",
     "check": "glowpy.pipeline",
     "CompiledModel": "glowpy.compiled",
+    "SpecializingModel": "glowpy.compiled",
     "GlowpyError": "glowpy.errors",
     "Status": "glowpy.errors",
     "Graph": "glowpy.ir",
@@ -53,20 +54,25 @@ def compile(  # noqa: A001  (the verb users expect)
     shapes: ShapeMap | None = None,
     optimize: bool = True,
     **options: Any,
-) -> CompiledModel:
+) -> CompiledModel | SpecializingModel:
     """Import `model`, optimize it for `backend` (unless `optimize=False`) and compile it for
     `backend`: "cpu" (None: the default: llvmlite JIT for the host CPU) or "interpreter" (numpy, the oracle).
 
     Backend options go in `**options`; the cpu backend takes `threads` (default $GLOWPY_NUM_THREADS, else
     the machine's CPU count), `cache` (reuse compiled code from the on-disk cache, default True),
     `fast_kernels`, `profile` and `release_weights` (default: True when the optimizer made a private copy).
-    An option the backend does not know raises UnsupportedAttribute. This is `glowpy.pipeline.compile_model`,
+    `progress` (default None: on stderr when it is a TTY and the compile takes over a second; True, False).
+    An option the backend does not know raises UnsupportedAttribute. A model with unbound symbolic input
+    dims (and no `shapes=`) or with graph inputs that decide shapes (Reshape's shape, Slice's starts, ...)
+    gives a SpecializingModel: it compiles on first run per input shapes and operand values, keeping the
+    `specializations=` (default 8) most recently used. This is `glowpy.pipeline.compile_model`,
     the pipeline every entry (ONNXIFI, the onnx backend face, the CLI) runs."""
     from glowpy.backends import DEFAULT_BACKEND
     from glowpy.pipeline import compile_model
 
+    options.setdefault("progress", None)
     return compile_model(model, backend or DEFAULT_BACKEND, shapes, optimize=optimize, **options)
 
 
-__all__ = ["CompatReport", "CompiledModel", "Graph", "GlowpyError", "Partition", "Status", "__version__", "check",
-           "compile", "load", "optimize", "partition"]
+__all__ = ["CompatReport", "CompiledModel", "Graph", "GlowpyError", "Partition", "SpecializingModel", "Status",
+           "__version__", "check", "compile", "load", "optimize", "partition"]

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 ENGINES = ("glowpy", "onnxruntime")
+PEERS = ("onnxruntime", "openvino")  # engines glowpy is measured against; openvino only where installed
 EXIT_MODEL_ERROR = 3  # a worker's exit status when glowpy refused the model (its message on stdout)
 PERCENTILES = (50, 90, 99)
 
@@ -79,13 +80,25 @@ def ort_session(path: str | Path, threads: int):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-def have_onnxruntime() -> bool:
+def have_engine(name: str) -> bool:
+    """Whether the peer engine's package (onnxruntime, openvino) can be imported here."""
     import importlib.util
 
     try:
-        return importlib.util.find_spec("onnxruntime") is not None
-    except ValueError:  # sys.modules["onnxruntime"] is None: import blocked
+        return importlib.util.find_spec(name) is not None
+    except ValueError:  # sys.modules[name] is None: import blocked
         return False
+
+
+def openvino_model(path: str | Path, threads: int):
+    """An OpenVINO CPU compiled model with `threads` inference threads (0: its default)."""
+    import openvino as ov
+
+    # f32: on hosts with AVX-512 BF16 or AMX OpenVINO otherwise computes in bf16 (errors ~1e-2)
+    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = threads
+    return ov.Core().compile_model(str(path), "CPU", config)
 
 
 # --- the worker (one engine, one fresh process) ----------------------------------------------------
@@ -115,13 +128,15 @@ def worker(spec: Mapping[str, Any]) -> dict[str, Any]:
         shapes = {k: tuple(v) for k, v in (spec.get("shapes") or {}).items()}
         model = glowpy.compile(path, backend=spec.get("backend"), shapes=shapes or None,
                                optimize=spec.get("optimize", True), **options)
-        result["load_seconds"] = time.perf_counter() - start
-        result.update(import_seconds=model.imported.seconds, compile_seconds=model.compile_seconds,
-                      cached=model.cached, arena_bytes=model.arena_size)
-        if not inputs.exists():
+        if not inputs.exists():  # a model that compiles per input shape says here which dims to bind
             feeds = {n: deterministic_input(t.dtype, t.shape) for n, t in model.input_types.items()}
             np.savez(inputs, **feeds)
         feeds = dict(np.load(inputs))
+        if model.imported is None:  # compiles on its first run, for these feeds
+            model.run(feeds)
+        result["load_seconds"] = time.perf_counter() - start
+        result.update(import_seconds=model.imported.seconds, compile_seconds=model.compile_seconds,
+                      cached=model.cached, arena_bytes=model.arena_size)
 
         def run() -> dict[str, np.ndarray]:
             return model.run(feeds)
@@ -134,6 +149,16 @@ def worker(spec: Mapping[str, Any]) -> dict[str, Any]:
 
         def run() -> dict[str, np.ndarray]:
             return dict(zip(names, session.run(None, feeds)))
+    elif engine == "openvino":
+        compiled = openvino_model(path, threads or 0)
+        result["load_seconds"] = result["compile_seconds"] = time.perf_counter() - start
+        feeds = dict(np.load(inputs))
+        request = compiled.create_infer_request()
+        names = [o.get_any_name() for o in compiled.outputs]
+
+        def run() -> dict[str, np.ndarray]:
+            outs = request.infer(feeds)
+            return {n: np.array(outs[o]) for n, o in zip(names, compiled.outputs)}
     else:
         raise ValueError(f"unknown engine '{engine}'")
     first = run()
@@ -220,9 +245,10 @@ def compare(model: str | Path, *, engines: Sequence[str] = ("glowpy",), backend:
             optimize: bool = True, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Benchmark `model` in each engine (glowpy first: it also makes the inputs), alternating rounds.
 
-    Returns {"model", "threads", "iterations", "rounds", <engine>: summarize(...)} and, with two
-    engines, "ratio" (glowpy p50 / onnxruntime p50; below 1: glowpy is faster) and "max_abs_error"
-    between the engines' first-round outputs."""
+    Returns {"model", "threads", "iterations", "rounds", <engine>: summarize(...)} and, with more
+    than one engine, "ratio" (first engine's p50 / second's; below 1: the first is faster) and
+    "max_abs_error" between their first-round outputs, and "ratios" / "max_abs_errors": the same
+    for the first engine against each other one."""
     if engines[0] != "glowpy" and inputs is None:
         raise ValueError("glowpy goes first (it makes the inputs), or pass inputs")
     with tempfile.TemporaryDirectory(prefix="glowpy-bench-") as tmp:
@@ -241,11 +267,14 @@ def compare(model: str | Path, *, engines: Sequence[str] = ("glowpy",), backend:
         result: dict[str, Any] = {"model": str(model), "threads": threads, "iterations": iterations,
                                   "rounds": rounds}
         result.update({e: summarize(per[e]) for e in engines})
-        if len(engines) == 2:
-            a, b = engines
-            result["ratio"] = result[a]["latency_seconds"]["p50"] / result[b]["latency_seconds"]["p50"]
-            outs = [dict(np.load(Path(tmp) / f"{e}.npz")) for e in engines]
-            result["max_abs_error"] = max_abs_diff(*outs)
+        if len(engines) >= 2:
+            first = engines[0]
+            outs = {e: dict(np.load(Path(tmp) / f"{e}.npz")) for e in engines}
+            p50 = result[first]["latency_seconds"]["p50"]
+            result["ratios"] = {e: p50 / result[e]["latency_seconds"]["p50"] for e in engines[1:]}
+            result["max_abs_errors"] = {e: max_abs_diff(outs[first], outs[e]) for e in engines[1:]}
+            result["ratio"] = result["ratios"][engines[1]]
+            result["max_abs_error"] = result["max_abs_errors"][engines[1]]
     return result
 
 
@@ -262,7 +291,7 @@ def fmt_time(s: float) -> str:
 
 def table(result: Mapping[str, Any]) -> str:
     """The human form of `compare`'s result: one column per engine."""
-    engines = [e for e in ENGINES if e in result]
+    engines = [e for e in ("glowpy", *PEERS) if e in result]
     rows: list[tuple[str, list[str]]] = []
 
     def compile_cell(f: Mapping[str, Any]) -> str:
@@ -283,7 +312,7 @@ def table(result: Mapping[str, Any]) -> str:
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in cells]
     if "ratio" in result:
-        lines.append(f"{'ratio':<{widths[0]}}  {result['ratio']:.2f}x  (glowpy p50 / onnxruntime p50)")
+        lines.append(f"{'ratio':<{widths[0]}}  {result['ratio']:.2f}x  (glowpy p50 / {engines[1]} p50)")
         lines.append(f"{'max abs error':<{widths[0]}}  {result['max_abs_error']:.2e}")
     return "\n".join(lines)
 

@@ -163,6 +163,10 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-opt", action="store_true", help="compile the graph as imported (skip the optimizer)")
     p.add_argument("--threads", "-t", metavar="N", help="cpu backend threads (default: $GLOWPY_NUM_THREADS, "
                    "else all cores)")
+    p.add_argument("--profile", metavar="TRACE.json", help="time every kernel inside the timed runs (code compiled "
+                   "with timers; without this flag there are none), write a Chrome trace (chrome://tracing, "
+                   "Perfetto) and print the slowest kernels")
+    p.add_argument("--top", metavar="N", default="10", help="kernels in the --profile table (default: 10)")
     p.set_defaults(func=cmd_run)
 
 
@@ -184,8 +188,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--iterations must be at least 1")
     model_path = _model_arg(args.model) if args.model else str(default_model_path())
     shapes = _shape_bindings(args.shape)
+    top_kernels = _positive_int(args.top, "--top")
+    options: dict[str, object] = dict(_threads_option(args))
+    if args.profile:
+        if "profile" not in _backend_options(args.backend):
+            raise UsageError(f"--profile: the {args.backend} backend has no kernel timers (use --backend cpu)")
+        options["profile"] = True
     compiled = glowpy.compile(model_path, backend=args.backend, shapes=shapes or None, optimize=not args.no_opt,
-                              **_threads_option(args))
+                              **options)
     src = compiled.imported
     print(f"model     {model_path}" + ("  (default: onnx's light ResNet-50)" if not args.model else ""))
     for name, t in compiled.input_types.items():
@@ -208,7 +218,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             feeds[name] = deterministic_input(t.dtype, t.shape)
 
     outputs = compiled.run(feeds)  # warm-up, and the outputs we report
-    times = time_runs(lambda: compiled.run(feeds), args.iterations)
+    runs = []
+    if args.profile:
+        from glowpy import profile
+
+        runs = profile.record(compiled, feeds, args.iterations)
+        times = [r.wall for r in runs]
+    else:
+        times = time_runs(lambda: compiled.run(feeds), args.iterations)
     for name, arr in outputs.items():
         print(f"result    {name}: shape {list(arr.shape)} {arr.dtype}")
         flat = arr.reshape(arr.shape[0], -1) if arr.ndim >= 2 else arr.reshape(1, -1)
@@ -217,6 +234,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             print("top-5     " + "  ".join(f"{int(i)}:{flat[0, i]:.4f}" for i in top))
     lat = latency_stats(times)
     print(f"latency   p50 {_fmt_ms(lat['p50'])}  p90 {_fmt_ms(lat['p90'])}  over {args.iterations} runs")
+    if args.profile:
+        profile.write_trace(runs, args.profile, name=f"glowpy {Path(model_path).name}")
+        print(f"profile   {args.profile}: {sum(len(r.spans) for r in runs)} kernel events over {len(runs)} runs, "
+              f"{runs[-1].threads} thread{'s' if runs[-1].threads > 1 else ''}")
+        print()
+        print(profile.format_table(runs, top_kernels))
     if args.output:
         np.savez(args.output, **outputs)
         print(f"saved     {args.output}")
@@ -429,7 +452,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         "the engines alternate for --rounds rounds of --iterations timed runs, and figures are medians over "
         "the rounds. Inputs are deterministic (seeded), as for `glowpy run`."))
     add_model_arg(p)
-    p.add_argument("--vs", metavar="ENGINE", help="also run this engine and compare: onnxruntime")
+    p.add_argument("--vs", metavar="ENGINE", help="also run this engine and compare: onnxruntime or openvino")
     p.add_argument("--threads", "-t", metavar="N", help="threads of each engine (default: $GLOWPY_NUM_THREADS, "
                    "else all cores)")
     p.add_argument("--iterations", "-n", metavar="K", default="30", help="timed runs per round (default: 30)")
@@ -453,11 +476,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     shapes = _shape_bindings(args.shape)
     engines = ["glowpy"]
     if args.vs is not None:
-        if args.vs != "onnxruntime":
-            raise UsageError(f"--vs {args.vs}: the engine to compare with must be onnxruntime")
-        if not bench.have_onnxruntime():
-            raise UsageError("--vs onnxruntime: onnxruntime is not installed (pip install onnxruntime)")
-        engines.append("onnxruntime")
+        if args.vs not in bench.PEERS:
+            raise UsageError(f"--vs {args.vs}: the engine to compare with must be one of {', '.join(bench.PEERS)}")
+        if not bench.have_engine(args.vs):
+            raise UsageError(f"--vs {args.vs}: {args.vs} is not installed (pip install {args.vs})")
+        engines.append(args.vs)
     threads = _threads_option(args).get("threads")
     if threads is None and "threads" in _backend_options(args.backend):
         from glowpy.backends.cpu import resolve_threads
@@ -482,6 +505,51 @@ def cmd_bench(args: argparse.Namespace) -> int:
           + (f", shapes {' '.join(args.shape)}" if args.shape else ""))
     print()
     print(bench.table(result))
+    return EXIT_OK
+
+
+# --- glowpy bundle ----------------------------------------------------------------------------------
+
+
+def add_bundle(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bundle", help="write an ahead-of-time bundle a C program runs without Python", description=(
+        "Compile a model for the cpu backend and write, into DIR: NAME_model.o (the generated code), "
+        "NAME.weights, NAME.h (entry point, runtime, each input and output tensor), NAME.c (the runtime), "
+        "an example main.c and a Makefile: `make -C DIR` builds libNAME.a and NAME_main (cc, -lpthread -lm). "
+        "Outputs equal glowpy's on this host for the same thread count."))
+    add_model_arg(p)
+    p.add_argument("--output", "-o", metavar="DIR", required=True, help="the bundle's directory (created if needed)")
+    p.add_argument("--name", metavar="NAME", help="the C prefix of the bundle's symbols and files "
+                   "(default: from the model's file name)")
+    p.add_argument("--threads", "-t", metavar="N", default="1",
+                   help="threads the generated code starts per run (default: 1)")
+    p.add_argument("--shape", "-s", action="append", default=[], metavar="NAME=DIMS",
+                   help="bind the shape of input NAME, or a symbolic dim (batch=4)")
+    p.add_argument("--isa", choices=("host", "avx2"), default="host",
+                   help="vector code for this host's CPU, or AVX2 only (default: %(default)s)")
+    p.add_argument("--no-opt", action="store_true", help="compile the graph as imported (skip the optimizer)")
+    p.set_defaults(func=cmd_bundle)
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from glowpy.bundle import write_bundle
+
+    model = _model_arg(args.model)
+    threads = _positive_int(args.threads, "--threads")
+    shapes = _shape_bindings(args.shape)
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output '{out}' is not a directory")
+    b = write_bundle(model, out, name=args.name, threads=threads, shapes=shapes or None, optimize=not args.no_opt,
+                     isa=args.isa)
+    print(f"bundle    {b.name}: {b.threads} thread{'s' if b.threads > 1 else ''}, arena {_human_bytes(b.arena_bytes)}, "
+          f"weights {_human_bytes(b.weights_bytes)}, code {_human_bytes(b.object_bytes)}")
+    for kind, tensors in (("input", b.inputs), ("output", b.outputs)):
+        for name, dtype, shape in tensors:
+            print(f"{kind:<9} {name}: {dtype} [{', '.join(map(str, shape))}]")
+    for f in b.files:
+        print(f"wrote     {f}")
+    print(f"build     make -C {out}   (then: cd {out} && ./{b.name}_main -n 10)")
     return EXIT_OK
 
 
@@ -513,6 +581,52 @@ def cmd_onnxifi(args: argparse.Namespace) -> int:
         print(f"glowpy onnxifi: error: cannot build the library: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_FAIL
     print(lib)
+    return EXIT_OK
+
+
+# --- glowpy cache -----------------------------------------------------------------------------------
+
+
+def add_cache(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cache", help="the compile cache: where it is, what it holds, empty it", description=(
+        "The cpu backend's on-disk cache: object code, model entries (optimized graph and packed weights) and "
+        "their indexes. Directory: $GLOWPY_CACHE_DIR, else $XDG_CACHE_HOME/glowpy, else ~/.cache/glowpy. Size cap: "
+        "$GLOWPY_CACHE_MAX_BYTES (e.g. 2G; 0: no cap; default 4G), least recently used entries evicted first."))
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (("info", "print the directory, the number of entries, their size and the cap"),
+                       ("clear", "remove every entry (the onnxifi library directory is kept)"),
+                       ("path", "print the cache directory")):
+        actions.add_parser(name, help=text, description=text)
+    p.set_defaults(func=cmd_cache)
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from glowpy.backends.cpu import cache
+
+    directory = cache.cache_dir()
+    if args.action == "path":
+        print(directory)
+    elif args.action == "clear":
+        n, freed = cache.clear(directory)
+        print(f"removed   {n} entries ({_human_bytes(freed)}) from {directory}")
+    else:
+        found = cache.entries(directory)
+        kinds = {"model": 0, "code": 0, "kernels": 0, "index": 0}
+        size = {k: 0 for k in kinds}
+        for path, nbytes, _ in found:
+            if path.suffix == ".tmp":
+                continue
+            kind = ("model" if path.name.startswith("model-") else "kernels" if path.name.startswith("k-") else
+                    "index" if path.name.startswith(("idx-", "path-")) else "code")
+            kinds[kind] += 1
+            size[kind] += nbytes
+        cap = cache.max_bytes()
+        print(f"directory {directory}")
+        for kind, label in (("model", "model entries (graph + weights files)"), ("code", "models' object code"),
+                            ("kernels", "kernels' object code (shared across models)"), ("index", "indexes")):
+            print(f"{kind:<9} {kinds[kind]} files, {_human_bytes(size[kind])}  {label}")
+        print(f"total     {_human_bytes(sum(size.values()))} of {_human_bytes(cap) if cap else 'no'} cap "
+              "(GLOWPY_CACHE_MAX_BYTES)")
     return EXIT_OK
 
 
@@ -590,7 +704,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 # --- entry -----------------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_run, add_dump, add_check, add_bench, add_onnxifi,
-                                                                add_quantize]
+                                                                add_quantize, add_cache, add_bundle]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,12 +12,14 @@ import numpy as np
 
 from glowpy.backends.base import Executable
 from glowpy.errors import (
+    ConfigurationError,
     InvalidDatatype,
     InvalidName,
     InvalidShape,
     MismatchingDatatype,
     MismatchingShape,
     UnidentifiedName,
+    UnsupportedShape,
 )
 from glowpy.ir.graph import Graph
 from glowpy.ir.types import ALL_TYPES
@@ -105,3 +109,107 @@ class CompiledModel:
     def __repr__(self) -> str:
         return (f"<CompiledModel backend={self.backend} inputs={self.input_names} outputs={self.output_names} "
                 f"nodes={len(self.graph.nodes)}>")
+
+
+class SpecializingModel:
+    """A model compiled on first use for each distinct key of its feeds (input shapes, and the bytes of
+    the inputs that decide shapes: see `glowpy.importer.specialize`). The `capacity` most recently used
+    specializations stay compiled (LRU). `compile_for(feeds)` compiles one; `key_of(feeds)` is its key.
+
+    `run(feeds)` validates names here; each specialization's CompiledModel checks types and shapes as a
+    static model does. Attributes of a compiled model (`graph`, `executable`, ...) are those of the
+    specialization used last."""
+
+    def __init__(self, input_names: list[str], output_names: list[str], backend: str,
+                 compile_for: Callable[[Mapping[str, np.ndarray]], CompiledModel],
+                 key_of: Callable[[Mapping[str, np.ndarray]], Hashable], operands: Sequence[str] = (),
+                 capacity: int = 8, pending: str = "the model compiles on first run") -> None:
+        if capacity < 1:
+            raise ConfigurationError("specializations= must keep at least one compilation", expected=">= 1",
+                               found=capacity)
+        self.input_names = list(input_names)
+        self.output_names = list(output_names)
+        self.operands = tuple(operands)  # inputs whose values decide shapes (weights of each specialization)
+        self.backend = backend
+        self.capacity = capacity
+        self._compile_for = compile_for
+        self._key_of = key_of
+        self._cache: OrderedDict[Hashable, CompiledModel] = OrderedDict()
+        self._lock = threading.Lock()
+        self._last: CompiledModel | None = None
+        self.compilations = 0  # how many specializations were compiled (evicted ones included)
+        self._pending = pending  # why nothing is compiled before the first run
+
+    @property
+    def specializations(self) -> list[CompiledModel]:
+        """The compiled specializations, least recently used first."""
+        return list(self._cache.values())
+
+    def specialization(self, feeds: Mapping[str, Any]) -> CompiledModel:
+        """The specialization for `feeds`, compiled now if it is not cached."""
+        for name in feeds:
+            if name not in self.input_names:
+                raise InvalidName(f"'{name}' is not an input of the model", expected=self.input_names, found=name)
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            raise UnidentifiedName(f"no value given for input(s) {missing}", expected=self.input_names,
+                                   found=sorted(feeds))
+        arrays = {n: a if isinstance(a, np.ndarray) else np.asarray(a) for n, a in feeds.items()}
+        key = self._key_of(arrays)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+            else:
+                hit = self._compile_for(arrays)
+                self.compilations += 1
+                self._cache[key] = hit
+                while len(self._cache) > self.capacity:
+                    self._cache.popitem(last=False)
+            self._last = hit
+        return hit
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        model = self.specialization(feeds)
+        return model.run({n: feeds[n] for n in model.input_names})  # the others are its weights
+
+    def _latest(self) -> CompiledModel:
+        if self._last is None:
+            raise UnsupportedShape(self._pending, expected="a compiled specialization", found="none yet")
+        return self._last
+
+    @property
+    def input_types(self) -> dict[str, Any]:
+        return self._latest().input_types
+
+    @property
+    def output_types(self) -> dict[str, Any]:
+        return self._latest().output_types
+
+    @property
+    def graph(self) -> Graph:
+        return self._latest().graph
+
+    @property
+    def executable(self) -> Executable:
+        return self._latest().executable
+
+    @property
+    def arena_size(self) -> int:
+        return self._latest().arena_size
+
+    @property
+    def compile_seconds(self) -> float:
+        return sum(m.compile_seconds for m in self._cache.values())
+
+    @property
+    def cached(self) -> bool:
+        return self._last is not None and self._last.cached
+
+    @property
+    def imported(self) -> ImportSummary | None:
+        return self._last.imported if self._last is not None else None
+
+    def __repr__(self) -> str:
+        return (f"<SpecializingModel backend={self.backend} inputs={self.input_names} outputs={self.output_names} "
+                f"specializations={len(self._cache)}/{self.capacity}>")

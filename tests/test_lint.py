@@ -36,7 +36,7 @@ LAYERS = (
     ("backends",),
     ("compiled",),
     ("pipeline",),
-    ("onnxifi", "backend", "bench", "quantize"),
+    ("onnxifi", "backend", "bench", "quantize", "profile", "bundle"),
     ("cli",),
 )
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}

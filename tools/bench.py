@@ -1,6 +1,7 @@
 """glowpy (cpu backend) against onnxruntime, side by side: same model, same input, same thread count.
 
-    python tools/bench.py                      # resnet50, squeezenet, mlp at 1 and 2 threads
+    python tools/bench.py                      # every model below at 1 and 2 threads
+    python tools/bench.py --models lstm gru --threads 1
     python tools/bench.py --models mlp --threads 1 --rounds 5
 
 Per model and thread count it measures
@@ -34,20 +35,42 @@ if str(ROOT) not in sys.path:
 
 from glowpy.bench import ENGINES, alternate, fmt_time, max_abs_diff, run_worker  # noqa: E402
 
-MODELS = ("resnet50", "squeezenet", "mlp")
+MODELS = ("resnet50", "squeezenet", "mlp", "lstm", "gru")
+# timed runs per round by default (the CNNs: 30)
+RUNS = {"mlp": 5000, "lstm": 300, "gru": 300}
+# the recurrent cases: input 64, hidden 128, sequence 100, batch 1 (issue 11)
+RECURRENT = {"lstm": ("LSTM", 4), "gru": ("GRU", 3)}
+
+
+def recurrent_model(op: str, gates: int, size: int = 64, hidden: int = 128, steps: int = 100, batch: int = 1,
+                    seed: int = 0):
+    """One forward LSTM / GRU with random constant weights and bias; outputs Y and Y_h."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    scale = 1 / np.sqrt(hidden)
+    inits = [numpy_helper.from_array(rng.uniform(-scale, scale, shape).astype(np.float32), name) for name, shape in
+             (("W", (1, gates * hidden, size)), ("R", (1, gates * hidden, hidden)), ("B", (1, 2 * gates * hidden)))]
+    node = helper.make_node(op, ["x", "W", "R", "B"], ["y", "y_h"], hidden_size=hidden, name=op.lower())
+    f = onnx.TensorProto.FLOAT
+    graph = helper.make_graph([node], op.lower(), [helper.make_tensor_value_info("x", f, [steps, batch, size])],
+                              [helper.make_tensor_value_info("y", f, [steps, 1, batch, hidden]),
+                               helper.make_tensor_value_info("y_h", f, [1, batch, hidden])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
 
 
 def model_path(name: str) -> Path:
     from tools.prepare_models import DEFAULT_OUT, mlp_model, prepare
 
-    if name == "mlp":
+    if name in ("mlp", *RECURRENT):
         import onnx
 
-        path = DEFAULT_OUT / "mlp_64x4.onnx"
+        path = DEFAULT_OUT / ("mlp_64x4.onnx" if name == "mlp" else f"{name}_64x128x100.onnx")
         if not path.exists():
             DEFAULT_OUT.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
-            onnx.save(mlp_model(), str(tmp))
+            onnx.save(mlp_model() if name == "mlp" else recurrent_model(*RECURRENT[name]), str(tmp))
             tmp.replace(path)
         return path
     return prepare(name)
@@ -125,12 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per engine (default: 3)")
     ap.add_argument("--runs", type=int, default=None,
-                    help="timed runs per round (default: 30 for CNNs, 5000 for the MLP)")
+                    help="timed runs per round (default: 30 for CNNs, 5000 for the MLP, 300 for LSTM / GRU)")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     ap.add_argument("--no-opt", action="store_true",
                     help="compile glowpy without the graph optimizer (to measure what the passes bring)")
     args = ap.parse_args(argv)
-    runs = {m: args.runs or (5000 if m == "mlp" else 30) for m in args.models}
+    runs = {m: args.runs or RUNS.get(m, 30) for m in args.models}
     import platform
 
     import llvmlite.binding as llvm

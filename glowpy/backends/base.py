@@ -45,5 +45,18 @@ class Backend(ABC):
         """Can `node` (a Conv) take a residual operand added before its activation?"""
         return True
 
+    # A model-level cache: a backend that has one returns a key for a compile and keeps its result.
+    def model_cache_key(self, model: Any, shapes: Any, optimize: bool, options: dict[str, Any]) -> str | None:
+        """The key under which compiling `model` with `options` is cached, or None: not cached."""
+        return None
+
+    def load_compiled(self, key: str, options: dict[str, Any]) -> tuple[Graph, Executable, Any] | None:
+        """(optimized graph, executable, import summary) of an earlier compile under `key`, or None."""
+        return None
+
+    def store_compiled(self, key: str, graph: Graph, executable: Executable, imported: Any) -> bool:
+        """Keep a compile's result under `key`; False when it is not kept."""
+        return False
+
     @abstractmethod
     def compile(self, graph: Graph, **options: Any) -> Executable: ...

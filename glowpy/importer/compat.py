@@ -44,6 +44,7 @@ from glowpy.errors import (
 )
 from glowpy.importer.context import NodeContext
 from glowpy.importer.onnx_import import ModelLike, read_model
+from glowpy.importer.specialize import TYPE_ONLY_OPS, shape_operands
 from glowpy.importer.table import OnnxOp, normalize_domain
 from glowpy.importer.walk import (
     Body,
@@ -207,9 +208,9 @@ def _rebuild(err: GlowpyError, *, node: str, op: str, opset: int | None = None) 
 
 
 def _small_ints(t: TensorProto, dtype: np.dtype, dims: tuple[int, ...]) -> np.ndarray | None:
-    """The value of a tiny integer initializer stored in the model, else None (a weight, or a
-    placeholder the host fills at init)."""
-    if dtype.kind not in "iu" or math.prod(dims) > SHAPE_LIMIT or t.data_location == TensorProto.EXTERNAL:
+    """The value of a tiny integer (or bool: a mode flag) initializer stored in the model, else None (a
+    weight, or a placeholder the host fills at init)."""
+    if dtype.kind not in "iub" or math.prod(dims) > SHAPE_LIMIT or t.data_location == TensorProto.EXTERNAL:
         return None
     try:
         data = numpy_helper.to_array(t)
@@ -239,6 +240,10 @@ class Checker(Host):
         # the node being converted: what its verdict assumes, the IR nodes it emitted
         self._notes: list[str] = []
         self._emitted: list[Node] = []
+        # Values computed from run-time inputs (ids): no compile time knows them. Graph inputs that decide
+        # shapes are not among them: they specialize the model (importer/specialize.py).
+        self._runtime: set[int] = set()
+        self._specialized: set[str] = set()
         self._body: dict[str, list[NodeVerdict]] = {}  # verdicts of the current node's body nodes, per body
         self._walk = Walk(model, self, shapes)
 
@@ -247,6 +252,7 @@ class Checker(Host):
             return self._report([Issue(Status.INVALID_MODEL, "the model has no graph")])
         g = self.model.graph
         self._declared = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
+        self._specialized = set(shape_operands(self.model))
         self._walk.run()
         used = {x for n in g.node for x in n.input}
         for name, err in self._unused_bad.items():
@@ -298,6 +304,8 @@ class Checker(Host):
             return
         shape = static_dims(dims)
         value = Value(info.name, TensorType(dtype, shape), "input") if shape is not None else None
+        if value is not None and info.name not in self._specialized:
+            self._runtime.add(id(value))
         self.slots[info.name] = Slot(dtype, None if dims is None else tuple(dims), value)
 
     def bad_value(self, name: str, err: GlowpyError, *, weight: bool) -> None:
@@ -375,6 +383,8 @@ class Checker(Host):
         """A weight's value is not read: what the op table row allows stands in for it (see OnnxOp)."""
         if v.data is not None:
             return v.data
+        if id(v) in self._runtime:
+            return None  # computed from run-time inputs: the full path does not know it either
         if index in ctx.entry.value_inputs:
             self._note(f"assumes operand {index} '{v.name}' (not read) has a supported value")
             return np.zeros(v.shape, dtype=v.dtype)
@@ -399,6 +409,8 @@ class Checker(Host):
         node = Node(op, ctx.name, list(inputs), [], full)
         node.outputs = [Value(f"{ctx.name}:{k}", t, "node", producer=node) for k, t in enumerate(types)]
         self._emitted.append(node)
+        if any(id(v) in self._runtime for v in inputs):
+            self._runtime.update(id(v) for v in node.outputs)
         # Fold small shape-like computations, as the graph host's known_value() would on demand.
         if (all(v.data is not None and v.data.size <= FOLD_LIMIT for v in inputs)
                 and all(t.size <= FOLD_LIMIT for t in types)):
@@ -467,6 +479,9 @@ class Checker(Host):
         """Outputs of a node the check did not convert: what the model declares, else ONNX's inference,
         so the nodes after it are still checked."""
         schema: dict[str, Slot] | None = None
+        ins = [self.slots.get(x) for x in node.input if x]
+        runtime = node.op_type not in TYPE_ONLY_OPS and any(
+            x is None or (x.value is None and not x.weight) or id(x.value) in self._runtime for x in ins)
         for out in node.output:
             if out and out not in self.slots:
                 slot = self._declared_slot(out)
@@ -474,6 +489,8 @@ class Checker(Host):
                     schema = self._schema_slots(node) if schema is None else schema
                     slot = schema.get(out)
                 self.slots[out] = slot or Slot()
+                if runtime and self.slots[out].value is not None:
+                    self._runtime.add(id(self.slots[out].value))
 
     def _schema_slots(self, node: NodeProto) -> dict[str, Slot]:
         """Output types of a node glowpy did not convert (rejected, or its output shape hangs on an

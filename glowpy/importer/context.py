@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from onnx import NodeProto, TensorProto
 
-from glowpy.errors import GlowpyError, InvalidModel, UnsupportedAttribute, UnsupportedShape
+from glowpy.errors import GlowpyError, InternalError, InvalidModel, UnsupportedAttribute, UnsupportedShape
 from glowpy.importer.table import OnnxOp, attribute_values, require_const_operand, schema_defaults
 from glowpy.ir.graph import Value
 
@@ -83,6 +83,18 @@ class NodeContext:
             raise self.error(UnsupportedShape, f"input {i} ('{v.name}') must be known at compile time",
                              expected="a constant or a value computed from constants", found="a runtime value")
         return data
+
+    def const_or_runtime(self, i: int) -> np.ndarray | None:
+        """Operand i's compile-time value, or None when it is a run-time value (the row lists i in
+        `runtime_inputs`: the converter computes with it). Also None when the operand is absent."""
+        if not self.has_input(i):
+            return None
+        if i not in self.entry.runtime_inputs:
+            raise InternalError(f"the converter takes operand {i} at run time, but the op table row does not list "
+                                f"it in runtime_inputs", node=self.name, op=self.entry.op_type, opset=self.opset,
+                                expected=list(self.entry.runtime_inputs), found=i)
+        require_const_operand(self.entry, i, node=self.name, opset=self.opset)
+        return self.host.compile_time_value(self, i, self.input(i))
 
     def const_ints(self, i: int, default: Any = None) -> tuple[int, ...] | None:
         data = self.const(i)

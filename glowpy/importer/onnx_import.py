@@ -261,11 +261,13 @@ class BodyHost(GraphHost):
         return Body(g, list(self.captures))
 
 
-def import_model(model: ModelLike, shapes: ShapeMap | None = None) -> Graph:
+def import_model(model: ModelLike, shapes: ShapeMap | None = None, *, base_dir: str | None = None,
+                 owned: bool = False) -> Graph:
     """Parse and import `model` (bytes, path or ModelProto). `shapes` binds symbolic input dims:
-    by input name (a full shape) or by dim_param symbol (an int)."""
-    proto, base_dir = read_model(model)
-    host = GraphHost(proto, base_dir, owns_proto=proto is not model)
+    by input name (a full shape) or by dim_param symbol (an int). A ModelProto the caller parsed itself
+    may say where its external data lives (`base_dir`) and that the import may consume it (`owned`)."""
+    proto, found_dir = read_model(model)
+    host = GraphHost(proto, base_dir or found_dir, owns_proto=owned or proto is not model)
     Walk(proto, host, shapes).run()
     return host.graph
 

@@ -52,16 +52,22 @@ def gelu(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Gelu", [ctx.input(0)], {"approximate": ctx.attr("approximate")})
 
 
-@onnx_op("Clip", attrs={"min": FLOAT, "max": FLOAT}, const_inputs=(1, 2), value_inputs=(1, 2))
+@onnx_op("Clip", attrs={"min": FLOAT, "max": FLOAT}, const_inputs=(1, 2), value_inputs=(1, 2), runtime_inputs=(1, 2))
 def clip(ctx: NodeContext) -> list[Value]:
+    x = ctx.input(0)
     if ctx.opset < 11:
-        lo, hi = ctx.attr("min", -math.inf), ctx.attr("max", math.inf)
-    else:
-        lo = ctx.const(1)
-        hi = ctx.const(2)
-        lo = -math.inf if lo is None else lo.item()
-        hi = math.inf if hi is None else hi.item()
-    return ctx.emit("Clip", [ctx.input(0)], {"min": lo, "max": hi})
+        return ctx.emit("Clip", [x], {"min": ctx.attr("min", -math.inf), "max": ctx.attr("max", math.inf)})
+    # A bound known only at run time is a broadcast Max / Min operand: min(max(x, lo), hi).
+    lo, hi = ctx.const_or_runtime(1), ctx.const_or_runtime(2)
+    run_lo, run_hi = ctx.has_input(1) and lo is None, ctx.has_input(2) and hi is None
+    if run_lo:
+        x = ctx.emit1("Max", [x, ctx.input(1)])
+    if lo is not None or hi is not None or not (run_lo or run_hi):
+        x = ctx.emit1("Clip", [x], {"min": -math.inf if lo is None else lo.item(),
+                                    "max": math.inf if hi is None else hi.item()})
+    if run_hi:
+        x = ctx.emit1("Min", [x, ctx.input(2)])
+    return [x]
 
 
 @onnx_op("Dropout", attrs={"ratio": FLOAT, "is_test": IGNORED, "seed": IGNORED}, const_inputs=(2,), max_outputs=2,
@@ -283,7 +289,7 @@ def _pool(op_type: str, extra: dict[str, Rule]) -> None:
     attrs = {"auto_pad": AUTO_PAD, "kernel_shape": POSITIVE_INTS, "pads": NON_NEGATIVE_INTS, "strides": POSITIVE_INTS,
              "ceil_mode": BOOL_INT, **extra}
 
-    @onnx_op(op_type, attrs=attrs)
+    @onnx_op(op_type, attrs=attrs, max_outputs=2 if op_type == "MaxPool" else 1)
     def convert(ctx: NodeContext) -> list[Value]:
         x = ctx.input(0)
         if "kernel_shape" not in ctx.attrs:
@@ -291,19 +297,20 @@ def _pool(op_type: str, extra: dict[str, Rule]) -> None:
         kernel = tuple(ctx.attr("kernel_shape"))
         strides, dilations = _spatial_attrs(ctx, x, kernel)
         pads = spatial_pads(ctx, x.shape[2:], kernel, strides, dilations)
-        attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ctx.attr("ceil_mode")}
-        if op_type == "MaxPool":
-            attrs["dilations"] = dilations
-        else:
-            if any(d != 1 for d in dilations):
-                raise ctx.unsupported("dilated AveragePool is not supported", expected="dilations of 1",
-                                      found=list(dilations))
+        attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ctx.attr("ceil_mode"),
+                 "dilations": dilations}
+        if op_type == "AveragePool":
             attrs["count_include_pad"] = ctx.attr("count_include_pad")
+        elif op_type == "LpPool":
+            attrs["p"] = ctx.attr("p")
+        elif len(ctx.node.output) > 1 and ctx.node.output[1]:
+            attrs.update(indices=1, storage_order=ctx.attr("storage_order"))
         return ctx.emit(op_type, [x], attrs)
 
 
-_pool("MaxPool", {"dilations": POSITIVE_INTS, "storage_order": equals(0, "row major")})
+_pool("MaxPool", {"dilations": POSITIVE_INTS, "storage_order": BOOL_INT})
 _pool("AveragePool", {"count_include_pad": BOOL_INT, "dilations": POSITIVE_INTS})
+_pool("LpPool", {"p": POSITIVE, "dilations": POSITIVE_INTS})
 
 
 # --- normalization -------------------------------------------------------------------------------
@@ -327,15 +334,23 @@ def lrn(ctx: NodeContext) -> list[Value]:
 
 
 @onnx_op("LayerNormalization", attrs={"axis": INT, "epsilon": FLOAT, "stash_type": equals(1, "float32 stash")},
-         since=17)
+         since=17, max_outputs=3)
 def layer_norm(ctx: NodeContext) -> list[Value]:
-    if len([o for o in ctx.node.output if o]) > 1:
-        raise ctx.unsupported("Mean / InvStdDev outputs are not supported", expected="1 output",
-                              found=len(ctx.node.output))
     x = ctx.input(0)
     axis = ctx.axis(ctx.attr("axis"), x.type.rank)
     ins = [x, ctx.input(1)] + ([ctx.input(2)] if ctx.has_input(2) else [])
-    return ctx.emit("LayerNormalization", ins, {"axis": axis, "epsilon": ctx.attr("epsilon")})
+    y = ctx.emit("LayerNormalization", ins, {"axis": axis, "epsilon": ctx.attr("epsilon")})
+    if not any(ctx.node.output[1:]):
+        return y
+    # Mean and InvStdDev (float32, the stash type), over the normalized dims kept as size 1.
+    axes = tuple(range(axis, x.type.rank))
+    xs = x if x.dtype == np.float32 else ctx.emit1("Cast", [x], {"to": np.dtype(np.float32)})
+    mean = ctx.emit1("ReduceMean", [xs], {"axes": axes, "keepdims": 1})
+    d = ctx.emit1("Sub", [xs, mean])
+    var = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [d, d])], {"axes": axes, "keepdims": 1})
+    eps = ctx.constant(np.array(ctx.attr("epsilon"), dtype=np.float32), "epsilon")
+    inv = ctx.emit1("Reciprocal", [ctx.emit1("Sqrt", [ctx.emit1("Add", [var, eps])])])
+    return [*y, mean, inv]
 
 
 def _softmax(op_type: str) -> None:
@@ -572,26 +587,7 @@ def pad(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Pad", [x], {"pads": tuple(pads), "mode": ctx.attr("mode"), "value": float(value)})
 
 
-# --- reductions ----------------------------------------------------------------------------------
-
-
-def _reduce(op_type: str, axes_input_since: int) -> None:
-    @onnx_op(op_type, attrs={"axes": INTS, "keepdims": BOOL_INT, "noop_with_empty_axes": BOOL_INT},
-             const_inputs=(1,))
-    def convert(ctx: NodeContext) -> list[Value]:
-        x = ctx.input(0)
-        axes = _axes_operand(ctx, axes_input_since)
-        if not axes:
-            if ctx.attr("noop_with_empty_axes"):
-                return ctx.emit("Identity", [x])
-            axes = tuple(range(x.type.rank))
-        axes = tuple(sorted({ctx.axis(a, x.type.rank) for a in axes}))
-        return ctx.emit(op_type, [x], {"axes": axes, "keepdims": ctx.attr("keepdims")})
-
-
-_reduce("ReduceSum", 13)
-_reduce("ReduceMean", 18)
-_reduce("ReduceMax", 18)
+# --- reductions: importer/nn.py -------------------------------------------------------------------
 
 
 @onnx_op("ArgMax", attrs={"axis": INT, "keepdims": BOOL_INT, "select_last_index": BOOL_INT})

@@ -98,18 +98,36 @@ class OnnxOp:
     # declared output shape stands in. Any other const operand leaves the output types to declarations.
     value_inputs: tuple[int, ...] = ()
     output_shape_input: int | None = None
+    # Const operands the converter also takes as run-time values (Clip bounds): never specialized. The
+    # others in `const_inputs`, fed as graph inputs, specialize the model per fed value (specialize.py).
+    runtime_inputs: tuple[int, ...] = ()
+
+    @property
+    def specialized_inputs(self) -> tuple[int, ...]:
+        return tuple(k for k in self.const_inputs if k not in self.runtime_inputs)
 
     def __post_init__(self) -> None:
         if self.dtypes is None:
             opdef = OPS.get(self.op_type)
             object.__setattr__(self, "dtypes", opdef.dtypes if opdef is not None else FLOAT_TYPES)
-        roles = set(self.value_inputs) | ({self.output_shape_input} if self.output_shape_input is not None else set())
+        roles = (set(self.value_inputs) | set(self.runtime_inputs)
+                 | ({self.output_shape_input} if self.output_shape_input is not None else set()))
         if not roles <= set(self.const_inputs):
-            raise InternalError(f"op table row {self.op_type}: value_inputs / output_shape_input must be listed in "
+            raise InternalError(f"op table row {self.op_type}: value_inputs / runtime_inputs / output_shape_input must be listed in "
                                 f"const_inputs", expected=list(self.const_inputs), found=sorted(roles))
 
 
 TABLE: dict[tuple[str, str], OnnxOp] = {}
+
+# ONNX ops whose output shape follows from the values of an input, not from shapes and constant
+# operands: glowpy compiles static shapes, so both paths refuse them (UNSUPPORTED_SHAPE) before a row
+# or a function body is looked at, and glowpy.partition leaves them to the host. What decides the shape:
+DATA_DEPENDENT: dict[tuple[str, str], str] = {
+    ("", "NonZero"): "the number of non-zero elements of X",
+    ("", "NonMaxSuppression"): "how many boxes survive, from the box and score values",
+    ("", "Unique"): "the number of distinct values of X",
+    ("", "Compress"): "the number of true elements of condition",
+}
 
 
 def onnx_op(op_type: str, **kwargs: Any) -> Callable[[Converter], Converter]:
@@ -264,7 +282,7 @@ def check_node(node: NodeProto, opsets: dict[str, int], input_dtypes: list[np.dt
 
 
 __all__ = [
-    "ALL_TYPES", "ANY", "AUTO_PAD", "BOOL_INT", "FLOAT", "IGNORED", "INT", "INTS", "NON_NEGATIVE",
+    "ALL_TYPES", "ANY", "AUTO_PAD", "BOOL_INT", "DATA_DEPENDENT", "FLOAT", "IGNORED", "INT", "INTS", "NON_NEGATIVE",
     "NON_NEGATIVE_INTS", "NUMERIC_TYPES", "POSITIVE", "POSITIVE_FLOAT", "POSITIVE_INTS", "TABLE", "TENSOR",
     "OnnxOp", "Rule", "check_node", "mirror", "mirror_declared", "schema_defaults", "equals", "lookup", "one_of", "onnx_op", "require_const_operand",
 ]

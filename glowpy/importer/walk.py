@@ -45,9 +45,10 @@ from glowpy.errors import (
     MismatchingShape,
     UnsupportedDatatype,
     UnsupportedOperator,
+    UnsupportedShape,
     UnsupportedVersion,
 )
-from glowpy.importer import control, ops, quant, rnn  # noqa: F401  (the rows: each module registers its converters in the table)
+from glowpy.importer import control, indexing, nn, ops, quant, rnn  # noqa: F401  (the rows: each module registers its converters in the table)
 from glowpy.importer.context import NodeContext
 from glowpy.importer.functions import (
     MAX_DEPTH,
@@ -57,7 +58,7 @@ from glowpy.importer.functions import (
     instantiate,
     needs_types,
 )
-from glowpy.importer.table import MAX_OPSET, MIN_OPSET, TABLE, check_node, normalize_domain
+from glowpy.importer.table import DATA_DEPENDENT, MAX_OPSET, MIN_OPSET, TABLE, check_node, normalize_domain
 from glowpy.ir.types import TensorType, dtype_from_onnx, dtype_to_onnx, onnx_type_name
 from glowpy.limits import check_tensor
 
@@ -463,6 +464,12 @@ class Walk:
         for out in node.output:
             if out and host.is_defined(out):  # SSA: every value has one producer
                 raise InvalidModel(f"value '{out}' is produced twice", node=name, op=node.op_type)
+        decides = DATA_DEPENDENT.get((normalize_domain(node.domain), node.op_type))
+        if decides is not None:
+            raise UnsupportedShape(f"the output shape of {node.op_type} depends on input values ({decides}): glowpy "
+                                   f"compiles static shapes, the host runs this node", node=name, op=node.op_type,
+                                   expected="an output shape that follows from input shapes and constant operands",
+                                   found="a data-dependent output shape")
         if TABLE.get((normalize_domain(node.domain), node.op_type)) is None:
             types = self._input_types(node)
             function = find_function(node, opsets, self.model, types)

@@ -118,3 +118,33 @@ def _hard_swish(x: np.ndarray) -> np.ndarray:
 
 activation(Activation("hard_swish", "HardSwish", lambda x, p: _hard_swish(x), onnx="HardSwish",
                       doc="x * max(0, min(1, x / 6 + 0.5))"))
+
+
+def _elu(x: np.ndarray, alpha: float) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(x > 0, x, alpha * np.expm1(x)).astype(x.dtype)
+
+
+def _celu(x: np.ndarray, alpha: float) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (np.maximum(0, x) + np.minimum(0, alpha * np.expm1(x / alpha))).astype(x.dtype)
+
+
+def _shrink(x: np.ndarray, bias: float, lambd: float) -> np.ndarray:
+    # Integers compute in double and truncate back, as ONNX's reference does.
+    return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0)).astype(x.dtype)
+
+
+activation(Activation("elu", "Elu", lambda x, p: _elu(x, p[0]), {"alpha": FROM_ONNX}, onnx="Elu",
+                      doc="x if x > 0 else alpha * (exp(x) - 1)"))
+activation(Activation("selu", "Selu", lambda x, p: (_elu(x, p[0]) * x.dtype.type(p[1])).astype(x.dtype),
+                      {"alpha": FROM_ONNX, "gamma": FROM_ONNX}, onnx="Selu",
+                      doc="gamma * (x if x > 0 else alpha * (exp(x) - 1))"))
+activation(Activation("celu", "Celu", lambda x, p: _celu(x, p[0]), {"alpha": FROM_ONNX}, onnx="Celu",
+                      doc="max(0, x) + min(0, alpha * (exp(x / alpha) - 1))"))
+activation(Activation("thresholded_relu", "ThresholdedRelu", lambda x, p: np.where(x > p[0], x, 0).astype(x.dtype),
+                      {"alpha": FROM_ONNX}, onnx="ThresholdedRelu", doc="x if x > alpha else 0"))
+activation(Activation("softsign", "Softsign", lambda x, p: (x / (1 + np.abs(x))).astype(x.dtype), onnx="Softsign",
+                      doc="x / (1 + |x|)"))
+activation(Activation("shrink", "Shrink", lambda x, p: _shrink(x, p[0], p[1]), {"bias": FROM_ONNX, "lambd": FROM_ONNX},
+                      NUMERIC_TYPES, onnx="Shrink", doc="x + bias if x < -lambd, x - bias if x > lambd, else 0"))

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from glowpy.compiled import SpecializingModel
 from glowpy.errors import (
     GlowpyError,
     InvalidDatatype,
@@ -465,16 +466,37 @@ def _take_weights(proto: onnx.ModelProto, addr: int, count: int, backend: Backen
     return {t.name for t in g.initializer}
 
 
-def _make_compiler(backend: Backend, proto: onnx.ModelProto,
-                   output_names: list[str]) -> Callable[[dict[str, tuple[int, ...]] | None], Compiled]:
+class _Dispatch:
+    """The executable face of a SpecializingModel: operands that decide shapes (and unbound dims) are
+    read from the host's buffers at RunGraph, and each distinct key compiles once (cached, bounded)."""
+
+    arena_size = 0
+
+    def __init__(self, model: SpecializingModel) -> None:
+        self.model = model
+
+    def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        out = self.model.run(dict(zip(self.model.input_names, arrays)))
+        return [out[n] for n in self.model.output_names]
+
+
+def _make_compiler(backend: Backend, proto: onnx.ModelProto, inputs: list[Port],
+                   outputs: list[Port]) -> Callable[[dict[str, tuple[int, ...]] | None], Compiled]:
     def compile_for(shapes: dict[str, tuple[int, ...]] | None) -> Compiled:
         from glowpy.pipeline import compile_model
 
         executor, _ = backend.executor()
         model = compile_model(proto, executor, shapes)  # the pipeline glowpy.compile runs
+        if isinstance(model, SpecializingModel):
+            # Shape-deciding operands are run-time inputs: their values come with RunGraph (the
+            # pipeline's check has refused what no value could make work).
+            given = shapes or {}
+            return Compiled(_Dispatch(model), tuple(p.name for p in inputs),
+                            tuple((p.dtype, tuple(given[p.name]) if p.name in given else p.dims) for p in inputs),
+                            tuple((p.dtype, p.dims) for p in outputs), model)
         ir = model.graph
-        if len(ir.outputs) != len(output_names):
-            raise InvalidModel("the compiled graph has a different number of outputs", expected=len(output_names),
+        if len(ir.outputs) != len(outputs):
+            raise InvalidModel("the compiled graph has a different number of outputs", expected=len(outputs),
                                found=len(ir.outputs))
         return Compiled(model.executable, tuple(v.name for v in ir.inputs),
                         tuple((v.dtype, tuple(v.shape)) for v in ir.inputs),
@@ -513,7 +535,7 @@ def onnxInitGraph(backend: Any, auxPropertiesList: Any, onnxModelSize: int, onnx
     for p in inputs:
         if p.dtype is None:
             raise UnsupportedDatatype(f"graph input '{p.name}' declares no element type")
-    g = Graph(be, proto, inputs, outputs, _make_compiler(be, proto, [o.name for o in outputs]))
+    g = Graph(be, proto, inputs, outputs, _make_compiler(be, proto, inputs, outputs))
     _, emulated = be.executor()
     if g.is_static:
         g.precompile()

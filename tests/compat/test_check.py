@@ -26,9 +26,20 @@ def vi(name: str, dims: list | None, dtype: int = F) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, dtype, dims)
 
 
+ML = "ai.onnx.ml"  # glowpy has no op of this domain; onnx infers and onnxruntime runs its Binarizer
+
+
+def unsupported(inputs: list[str], outputs: list[str], name: str) -> onnx.NodeProto:
+    """A node glowpy refuses as an unsupported operator (float -> float of the same shape)."""
+    return helper.make_node("Binarizer", inputs, outputs, name=name, domain=ML)
+
+
 def model(nodes: list, inputs: list, outputs: list, *, opset: int = 13, inits: list = (), extra_opsets: dict = None,
           ir_version: int | None = None) -> onnx.ModelProto:
-    ops = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in (extra_opsets or {}).items()]
+    extra = dict(extra_opsets or {})
+    if any(n.domain == ML for n in nodes):
+        extra.setdefault(ML, 1)
+    ops = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in extra.items()]
     m = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits)), opset_imports=ops)
     m.ir_version = ir_version if ir_version is not None else min(m.ir_version, onnx.IR_VERSION)
     return m
@@ -161,9 +172,9 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_two_unsupported_nodes_both_reported() -> None:
     nodes = [helper.make_node("Relu", ["X"], ["A"], name="ok1"),
-             helper.make_node("Sin", ["A"], ["B"], name="bad1"),
+             unsupported(["A"], ["B"], name="bad1"),
              helper.make_node("Relu", ["B"], ["C"], name="ok2"),
-             helper.make_node("Cos", ["C"], ["Y"], name="bad2")]
+             unsupported(["C"], ["Y"], name="bad2")]
     r = glowpy.check(model(nodes, [vi("X", [2, 3])], [vi("Y", [2, 3])]))
     assert [v.name for v in r.nodes] == ["ok1", "bad1", "ok2", "bad2"]
     assert [v.status for v in r.nodes] == [Status.SUCCESS, Status.UNSUPPORTED_OPERATOR, Status.SUCCESS,
@@ -174,7 +185,7 @@ def test_two_unsupported_nodes_both_reported() -> None:
 
 
 def test_downstream_of_a_rejected_node_uses_declared_types() -> None:
-    nodes = [helper.make_node("Sin", ["X"], ["A"], name="bad"),
+    nodes = [unsupported(["X"], ["A"], name="bad"),
              helper.make_node("Conv", ["A", "W"], ["Y"], name="conv")]
     m = model(nodes, [vi("X", [1, 2, 8, 8]), vi("W", [4, 3, 3, 3])], [vi("Y", None)])
     m.graph.value_info.append(vi("A", [1, 2, 8, 8]))
@@ -184,8 +195,8 @@ def test_downstream_of_a_rejected_node_uses_declared_types() -> None:
 
 
 def test_downstream_of_a_rejected_node_uses_onnx_inference() -> None:
-    # No value_info for A: ONNX's own inference for Sin gives its type, so the Conv is still checked.
-    nodes = [helper.make_node("Sin", ["X"], ["A"], name="bad"),
+    # No value_info for A: ONNX's own inference for Binarizer gives its type, so the Conv is still checked.
+    nodes = [unsupported(["X"], ["A"], name="bad"),
              helper.make_node("Conv", ["A", "W"], ["Y"], name="conv")]
     r = glowpy.check(model(nodes, [vi("X", [1, 2, 8, 8]), vi("W", [4, 3, 3, 3])], [vi("Y", None)]))
     assert [v.status for v in r.nodes] == [Status.UNSUPPORTED_OPERATOR, Status.MISMATCHING_SHAPE]
@@ -416,7 +427,7 @@ def run_cli(capsys: pytest.CaptureFixture):
 
 def test_cli_entry_point_exit_code(tmp_path: Path) -> None:
     path = tmp_path / "bad.onnx"
-    onnx.save(model([helper.make_node("Sin", ["X"], ["Y"], name="s")], [vi("X", [2])], [vi("Y", [2])]), str(path))
+    onnx.save(model([unsupported(["X"], ["Y"], name="s")], [vi("X", [2])], [vi("Y", [2])]), str(path))
     p = subprocess.run([sys.executable, "-m", "glowpy.cli", "check", str(path), "--backend", "interpreter"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 1 and "UNSUPPORTED_OPERATOR" in p.stdout
@@ -425,7 +436,7 @@ def test_cli_entry_point_exit_code(tmp_path: Path) -> None:
 def test_cli(tmp_path: Path, run_cli) -> None:
     good, bad, garbage = tmp_path / "good.onnx", tmp_path / "bad.onnx", tmp_path / "garbage.onnx"
     onnx.save(conv_model(), str(good))
-    nodes = [helper.make_node("Relu", ["X"], ["A"], name="ok1"), helper.make_node("Sin", ["A"], ["B"], name="bad1"),
+    nodes = [helper.make_node("Relu", ["X"], ["A"], name="ok1"), unsupported(["A"], ["B"], name="bad1"),
              helper.make_node("Relu", ["B"], ["Y"], name="ok2")]
     onnx.save(model(nodes, [vi("X", [2, 3])], [vi("Y", [2, 3])]), str(bad))
     garbage.write_bytes(b"\x00garbage")

@@ -14,7 +14,13 @@ ort = pytest.importorskip("onnxruntime")
 
 F = TensorProto.FLOAT
 SUPPORTED = ("Relu", "Sigmoid", "Tanh", "Neg")  # unary ops glowpy runs
-HOST = "Sin"  # an op glowpy does not have and onnxruntime does
+HOST_DOMAIN = "ai.onnx.ml"  # glowpy has no op of this domain; onnxruntime runs its Binarizer
+OPSETS = [helper.make_opsetid("", 13), helper.make_opsetid(HOST_DOMAIN, 1)]
+
+
+def host_node(inputs: list[str], outputs: list[str], name: str) -> onnx.NodeProto:
+    """A node only the host (onnxruntime) runs: float -> float of the same shape."""
+    return helper.make_node("Binarizer", inputs, outputs, name=name, domain=HOST_DOMAIN, threshold=0.1)
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -57,13 +63,13 @@ def middle_model() -> onnx.ModelProto:
              numpy_helper.from_array(rng.standard_normal((1, 4, 1, 1)).astype(np.float32), "S")]
     nodes = [helper.make_node("Conv", ["X", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node(HOST, ["r"], ["s"], name="sin"),
+             host_node(["r"], ["s"], name="sin"),
              helper.make_node("Mul", ["s", "S"], ["m"], name="mul"),
              helper.make_node("Add", ["m", "r"], ["a"], name="add"),
              helper.make_node("Sigmoid", ["a"], ["Y"], name="sigmoid")]
     g = helper.make_graph(nodes, "middle", [helper.make_tensor_value_info("X", F, [1, 3, 8, 8])],
                           [helper.make_tensor_value_info("Y", F, [1, 4, 8, 8])], initializer=inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    return helper.make_model(g, opset_imports=OPSETS)
 
 
 def test_unsupported_op_in_the_middle_splits_in_two(backend: str) -> None:
@@ -94,11 +100,11 @@ def test_unsupported_op_in_the_middle_splits_in_two(backend: str) -> None:
 def test_no_cycle_through_a_host_node() -> None:
     # a -> sin -> b and a -> b: putting a and b in one subgraph would need sin's output before it runs.
     nodes = [helper.make_node("Relu", ["X"], ["a"], name="a"),
-             helper.make_node(HOST, ["a"], ["h"], name="host"),
+             host_node(["a"], ["h"], name="host"),
              helper.make_node("Add", ["a", "h"], ["Y"], name="b")]
     m = helper.make_model(helper.make_graph(nodes, "diamond", [helper.make_tensor_value_info("X", F, [3])],
                                             [helper.make_tensor_value_info("Y", F, [3])]),
-                          opset_imports=[helper.make_opsetid("", 13)])
+                          opset_imports=OPSETS)
     part = glowpy.partition(m, backend="interpreter")
     assert part.subgraph_nodes == [[0], [2]]
     assert part.plan == [("subgraph", 0), ("host", 1), ("subgraph", 1)]
@@ -109,11 +115,11 @@ def test_no_cycle_through_a_host_node() -> None:
 def test_independent_host_branch_does_not_split() -> None:
     # X -> r1 -> r2 -> Y1 and X -> sin -> Y2: the supported chain stays one subgraph.
     nodes = [helper.make_node("Relu", ["X"], ["a"], name="r1"), helper.make_node("Tanh", ["a"], ["Y1"], name="r2"),
-             helper.make_node(HOST, ["X"], ["Y2"], name="host")]
+             host_node(["X"], ["Y2"], name="host")]
     m = helper.make_model(helper.make_graph(nodes, "branch", [helper.make_tensor_value_info("X", F, [3])],
                                             [helper.make_tensor_value_info("Y1", F, [3]),
                                              helper.make_tensor_value_info("Y2", F, [3])]),
-                          opset_imports=[helper.make_opsetid("", 13)])
+                          opset_imports=OPSETS)
     part = glowpy.partition(m, backend="interpreter")
     assert part.subgraph_nodes == [[0, 1]] and [n.name for n in part.host_nodes] == ["host"]
 
@@ -122,16 +128,16 @@ def test_group_graph_cycle_avoided() -> None:
     # a1 -> h1 -> b1 -> b3 <- b2 <- h2?  No: b2 -> h2 -> a2, a1 -> a2. Grouping {a1, a2} and {b1, b2, b3}
     # would make the groups depend on each other through h1 and h2 (each group fine on its own).
     nodes = [helper.make_node("Relu", ["X"], ["a1"], name="a1"),
-             helper.make_node(HOST, ["a1"], ["h1"], name="h1"),
+             host_node(["a1"], ["h1"], name="h1"),
              helper.make_node("Relu", ["h1"], ["b1"], name="b1"),
              helper.make_node("Neg", ["X"], ["b2"], name="b2"),
              helper.make_node("Add", ["b1", "b2"], ["b3"], name="b3"),
-             helper.make_node(HOST, ["b2"], ["h2"], name="h2"),
+             host_node(["b2"], ["h2"], name="h2"),
              helper.make_node("Add", ["a1", "h2"], ["a2"], name="a2")]
     m = helper.make_model(helper.make_graph(nodes, "cross", [helper.make_tensor_value_info("X", F, [3])],
                                             [helper.make_tensor_value_info("a2", F, [3]),
                                              helper.make_tensor_value_info("b3", F, [3])]),
-                          opset_imports=[helper.make_opsetid("", 13)])
+                          opset_imports=OPSETS)
     part = glowpy.partition(m, backend="interpreter")
     x = np.array([-1.0, 0.5, 2.0], np.float32)
     got, want = run_stitched(m, {"X": x}), ort_run(m, {"X": x})
@@ -150,14 +156,15 @@ def random_model(seed: int) -> onnx.ModelProto:
             a, b = rng.choice(values, 2, replace=False)
             nodes.append(helper.make_node(str(rng.choice(["Add", "Mul"])), [a, b], [f"v{i}"], name=f"n{i}"))
         else:
-            op = HOST if host else str(rng.choice(SUPPORTED))
-            nodes.append(helper.make_node(op, [str(rng.choice(values))], [f"v{i}"], name=f"n{i}"))
+            src = [str(rng.choice(values))]
+            nodes.append(host_node(src, [f"v{i}"], f"n{i}") if host
+                         else helper.make_node(str(rng.choice(SUPPORTED)), src, [f"v{i}"], name=f"n{i}"))
         values.append(f"v{i}")
     used = {x for n in nodes for x in n.input}
     outs = [v for v in values[1:] if v not in used] or [values[-1]]
     g = helper.make_graph(nodes, f"random{seed}", [helper.make_tensor_value_info("X", F, [2, 3])],
                           [helper.make_tensor_value_info(o, F, [2, 3]) for o in outs])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    return helper.make_model(g, opset_imports=OPSETS)
 
 
 @pytest.mark.parametrize("seed", range(40))

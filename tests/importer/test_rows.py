@@ -24,6 +24,7 @@ def thresholded_relu(monkeypatch: pytest.MonkeyPatch) -> OpDef:
                   attrs={"alpha": FROM_ONNX},
                   compute=lambda a, x: np.where(x > a["alpha"], x, 0).astype(x.dtype))
     monkeypatch.setitem(OPS, opdef.name, opdef)
+    monkeypatch.delitem(OPS, "ThresholdedRelu", raising=False)  # the registry's own ThresholdedRelu activation
     monkeypatch.delitem(TABLE, ("", "ThresholdedRelu"), raising=False)
     mirror_declared()
     yield opdef
@@ -73,7 +74,8 @@ def test_from_onnx_defaults_resolve_to_the_onnx_schema() -> None:
         "constant"
 
 
-def test_a_node_outside_any_row_or_function_is_unsupported() -> None:
+def test_a_node_outside_any_row_or_function_is_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(TABLE, ("", "Cos"))  # Cos has no function body
     model, _ = node_model("Cos", [randn(3)], opset=13)
     with pytest.raises(glowpy.errors.UnsupportedOperator, match=rf"node '{NODE}' \(Cos\): operator Cos is not"):
         glowpy.load(model)

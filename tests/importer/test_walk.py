@@ -59,7 +59,7 @@ def test_function_op_with_an_unknown_attribute_names_the_node() -> None:
 
 
 def test_function_op_with_a_mistyped_attribute_names_the_node() -> None:
-    expect_error(UnsupportedAttribute, "Celu", [randn(2, 3)], opset=13, attrs={"alpha": 2},
+    expect_error(UnsupportedAttribute, "SwiGLU", [randn(2, 4)], opset=28, attrs={"alpha": 2},
                  mentions=["attribute 'alpha' has an unsupported value", "a FLOAT", "found a INT"])
 
 

@@ -73,7 +73,7 @@ class Tensors:
     """Descriptor arrays that keep their names, shapes and buffers alive."""
 
     def __init__(self, **arrays: np.ndarray) -> None:
-        self.arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+        self.arrays = {k: np.require(v, requirements='C') for k, v in arrays.items()}  # (0-d stays 0-d)
         self._keep: list = []
         self.names: dict[str, ctypes.Array] = {}  # the name buffers, writable
         items = []

@@ -367,8 +367,12 @@ static void run_model(onnxBackendID id, const char* model_path, Tensor* weights,
     total += t->nbytes;
   }
   onnxGraph graph = NULL;
+  struct timespec i0, i1;
+  clock_gettime(CLOCK_MONOTONIC, &i0);
   onnxStatus st = F.InitGraph(backend, NULL, model_size, model, (uint32_t)nw, nw ? wd : NULL, &graph);
+  clock_gettime(CLOCK_MONOTONIC, &i1);
   expect("InitGraph(model, weights as descriptors)", st, ONNXIFI_STATUS_SUCCESS);
+  printf("InitGraph: %.1f ms\n", (i1.tv_sec - i0.tv_sec) * 1e3 + (i1.tv_nsec - i0.tv_nsec) / 1e6);
   /* The backend must have copied everything: overwrite, then free, the weights and the model. */
   for (int i = 0; i < nw; i++) {
     memset(weights[i].data, 0xFF, weights[i].nbytes);

@@ -16,7 +16,6 @@ from glowpy.errors import (
     InvalidModel,
     MismatchingDatatype,
     MismatchingShape,
-    Status,
     UnsupportedAttribute,
     UnsupportedDatatype,
     UnsupportedOperator,
@@ -39,7 +38,7 @@ BAD_ATTRS = {
                            "pads"),
     "ConvTranspose-output_padding": ("ConvTranspose", [randn(1, 2, 3, 3), Const(randn(2, 2, 3, 3))], 11,
                                      {"output_padding": [-1, 0]}, "output_padding"),
-    "MaxPool-storage_order": ("MaxPool", [randn(1, 2, 4, 4)], 12, {"kernel_shape": [2, 2], "storage_order": 1},
+    "MaxPool-storage_order": ("MaxPool", [randn(1, 2, 4, 4)], 12, {"kernel_shape": [2, 2], "storage_order": 2},
                               "storage_order"),
     "AveragePool-ceil_mode": ("AveragePool", [randn(1, 2, 4, 4)], 12, {"kernel_shape": [2, 2], "ceil_mode": 2},
                               "ceil_mode"),
@@ -99,11 +98,9 @@ def test_string_input_unsupported():
     """A string tensor cannot even be declared as an input: the error names the input."""
     info = helper.make_tensor_value_info("s", TensorProto.STRING, [3])
     model_inputs = [info]
-    from .util import node_model
 
     model, _ = node_model("Relu", [], opset=14, input_infos=model_inputs)
     model.graph.node[0].input.append("s")
-    import glowpy
 
     with pytest.raises(UnsupportedDatatype, match="'s'.*STRING|STRING.*'s'"):
         glowpy.compile(model, backend="interpreter")
@@ -169,39 +166,10 @@ def test_bad_operands(case):
     expect_error(cls, op, ins, opset=opset, attrs=attrs, mentions=words)
 
 
-RUNTIME_OPERANDS = {
-    # A compile-time operand (bounds, shape, pads, axes) fed by a graph input: the importer refuses.
-    "Clip-min": ("Clip", [randn(3), np.array(0.0, np.float32).reshape(1)], 13),
-    "Reshape-shape": ("Reshape", [randn(2, 3), np.array([3, 2], dtype=np.int64)], 13),
-    "Pad-pads": ("Pad", [randn(3, 4), np.array([1, 1, 1, 1], dtype=np.int64)], 13),
-    "ReduceSum-axes": ("ReduceSum", [randn(2, 3), np.array([1], dtype=np.int64)], 13),
-}
-
-
-@pytest.mark.parametrize("case", list(RUNTIME_OPERANDS))
-def test_runtime_compile_time_operand(case):
-    op, ins, opset = RUNTIME_OPERANDS[case]
-    expect_error(UnsupportedShape, op, ins, opset=opset, mentions=["compile time", "'in1'"], compat=False)
-
-
-@pytest.mark.parametrize("case", list(RUNTIME_OPERANDS))
-def test_compat_runtime_operands_are_assumed_weights(case):
-    """The policy, stated: the cheap path answers before weights exist (ONNXIFI hosts declare weights as
-    plain graph inputs), so a declared input feeding a compile-time operand is assumed to be a weight
-    supplied at init, and the reason says so. The full importer, given the model as it is, refuses."""
-    op, ins, opset = RUNTIME_OPERANDS[case]
-    model, _ = node_model(op, ins, opset=opset)
-    (verdict,) = glowpy.check(model, backend="interpreter").nodes
-    assert verdict.status == Status.SUCCESS
-    assert "assumes" in verdict.reason and "'in1'" in verdict.reason
-    with pytest.raises(UnsupportedShape, match="must be known at compile time"):
-        glowpy.compile(model, backend="interpreter")
-
-
 # --- unsupported operators and opsets --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("op", ["NoSuchOp", "Unique", "NonMaxSuppression", "Resize", "Einsum"])
+@pytest.mark.parametrize("op", ["NoSuchOp", "TfIdfVectorizer", "ImageDecoder"])
 def test_unknown_operator(op):
     err = expect_error(UnsupportedOperator, op, [randn(3)], opset=13, mentions=[f"operator {op}"])
     assert err.op == op
@@ -238,6 +206,6 @@ def test_every_table_op_has_a_reference_test():
     files = [*here.glob("test_*.py"), *(here.parent / "quant").glob("test_*.py"),
              here.parent / "backends" / "cpu" / "test_activations.py", here.parent / "test_control_flow.py"]
     text = "\n".join(p.read_text() for p in files if p.name != "test_errors.py")
-    quoted = set(re.findall(r'"([A-Z][A-Za-z]+)"', text))
+    quoted = set(re.findall(r'"([A-Z][A-Za-z0-9]+)"', text))
     missing = sorted(op for (domain, op) in TABLE if op not in quoted)
     assert not missing, f"ops without per-op tests: {missing}"

@@ -15,12 +15,12 @@ import pytest
 from onnx import helper
 
 import glowpy
-from glowpy.errors import InvalidShape, MismatchingShape, UnsupportedAttribute, UnsupportedOperator
+from glowpy.errors import InvalidShape, MismatchingShape, UnsupportedAttribute
 from tools.conformance import node_cases, run_case
 
 from .util import NODE, Const, assert_same, check, expect_error, node_model, rng, run_oracle
 
-BACKEND = "interpreter"  # the cpu backend has no recurrent kernels yet (test_cpu_refuses)
+BACKEND = "interpreter"  # the cpu kernels: test_cpu_against_oracles, tests/backends/cpu/test_rnn.py
 OPS = ("LSTM", "GRU", "RNN")
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -73,10 +73,10 @@ def to_layout0(op: str, ins: list) -> list:
     return out
 
 
-def check_layout1_vs_ort(op: str, ins: list, attrs: dict, outputs: list[str]) -> None:
+def check_layout1_vs_ort(op: str, ins: list, attrs: dict, outputs: list[str], backend: str = BACKEND) -> None:
     """glowpy on the layout-1 model against onnxruntime on the same model in layout 0."""
     model, feeds = node_model(op, ins, opset=14, attrs={**attrs, "layout": 1}, outputs=outputs)
-    got = glowpy.compile(model, backend=BACKEND).run(feeds)
+    got = glowpy.compile(model, backend=backend).run(feeds)
     ref_model, ref_feeds = node_model(op, to_layout0(op, ins), opset=14, attrs=attrs, outputs=outputs)
     want = run_oracle(ref_model, ref_feeds, "onnxruntime")
     named = [o for o in outputs if o]
@@ -332,14 +332,22 @@ def test_onnx_node_cases():
     assert not failed, failed
 
 
-def test_cpu_refuses():
-    """No recurrent kernels on the cpu backend yet: a clean refusal naming the node, from compile and check."""
-    model, _ = node_model("LSTM", inputs("LSTM"), opset=14, attrs=attrs_for(), outputs=OUTPUTS["LSTM"])
-    with pytest.raises(UnsupportedOperator) as info:
-        glowpy.compile(model, backend="cpu")
-    assert f"'{NODE}'" in str(info.value) and "LSTM" in str(info.value)
-    report = glowpy.check(model, backend="cpu")
-    assert not report.supported and report.status == UnsupportedOperator.status
+def test_cpu_against_oracles():
+    """The cpu kernels on the oracles directly (the differential tests against the interpreter are in
+    tests/backends/cpu/test_rnn.py): onnx's node cases, every LSTM option at once, GRU clip and
+    linear_before_reset, ragged lengths in layout 1."""
+    results = {c.name: run_case(c, "cpu") for c in node_cases(r"^test_(lstm|gru|simple_rnn|rnn)_")}
+    assert len(results) >= 18 and all(r[0] == "pass" for r in results.values()), results
+    attrs = attrs_for(direction="bidirectional", clip=1.5, input_forget=1,
+                      activations=["HardSigmoid", "Softsign", "ScaledTanh", "Sigmoid", "Elu", "Tanh"],
+                      activation_alpha=[0.3, 0.9, 0.8], activation_beta=[0.45, 1.1])
+    check("cpu", "LSTM", inputs("LSTM", direction="bidirectional", batch=4, seq=RAGGED), opset=14, attrs=attrs,
+          outputs=OUTPUTS["LSTM"], oracle="onnxruntime")
+    check("cpu", "GRU", inputs("GRU", direction="bidirectional", hidden=10), opset=14,
+          attrs=attrs_for(hidden=10, direction="bidirectional", clip=0.8, linear_before_reset=1),
+          outputs=OUTPUTS["GRU"], oracle="onnxruntime")
+    check_layout1_vs_ort("RNN", inputs("RNN", direction="bidirectional", batch=4, seq=RAGGED, layout=1),
+                         attrs_for(direction="bidirectional", clip=0.9), OUTPUTS["RNN"], backend="cpu")
 
 
 # --- refused attributes and shapes --------------------------------------------------------------------

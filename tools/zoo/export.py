@@ -103,6 +103,25 @@ def _segmenter(name: str) -> Callable[[str], Spec]:
     return build
 
 
+class Detections(torch.nn.Module):
+    """A torchvision detector on one image tensor, its one result dict as three tensors."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        found = self.model(list(x))[0]
+        return found["boxes"], found["scores"], found["labels"]
+
+
+def ssdlite320_mobilenet_v3_large(exporter: str) -> Spec:
+    import torchvision
+
+    model = torchvision.models.detection.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None)
+    return Spec(Detections(model), _image(320), {"input": "normal"}, ["boxes", "scores", "labels"])
+
+
 SEQ = 128
 
 
@@ -239,7 +258,7 @@ MODELS: dict[str, Callable[[str], Spec]] = {
     "vit_base": vit_base, "whisper_tiny_encoder": whisper_tiny_encoder, "wav2vec2_base": wav2vec2_base,
     "lstm": _recurrent(torch.nn.LSTM, False), "lstm_bidirectional": _recurrent(torch.nn.LSTM, True),
     "gru": _recurrent(torch.nn.GRU, False), "gru_bidirectional": _recurrent(torch.nn.GRU, True),
-    "conv_lstm_if": conv_lstm_if,
+    "conv_lstm_if": conv_lstm_if, "ssdlite320_mobilenet_v3_large": ssdlite320_mobilenet_v3_large,
 }
 
 

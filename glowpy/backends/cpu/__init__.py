@@ -12,7 +12,7 @@ arrays, a planned activation arena and the caller's input/output arrays.
 Compile options: `threads` (default $GLOWPY_NUM_THREADS, else the machine's CPU count), `cache`
 (default True: reuse and store object code in the on-disk cache), `fast_kernels` (default True:
 use the tiled float32 Conv / Gemm generators when present; False forces the plain kernels), `profile`
-(default False: stamp the cycle counter around every step; `executable.profile()` after a run),
+(default False: time every kernel call on every thread; `executable.profile()` after a run),
 `release_weights` (default False: for a caller that owns the graph and will not run it elsewhere, e.g.
 the optimizer's private copy; constants the kernels packed get `Value.data = None` as soon as they are
 packed, so the process never holds a model's weights twice), `isa` (default "host": all the host's
@@ -24,22 +24,33 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
-import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import llvmlite.binding as llvm
 import numpy as np
 
+from glowpy.backends import progress
 from glowpy.backends.base import Backend, Executable
-from glowpy.backends.cpu import codegen
+from glowpy.backends.cpu import codegen, parallel
 from glowpy.backends.cpu.activations import EMITTERS
 from glowpy.backends.cpu.cache import ObjectCache, cache_key, graph_signature
 from glowpy.backends.cpu.irutil import supported_dtype
 from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, KERNELS
-from glowpy.backends.cpu.target import HostTarget, compile_object, host_target, isa_available, new_machine
+from glowpy.backends.cpu.model_cache import FORMAT as MODEL_FORMAT
+from glowpy.backends.cpu.model_cache import (
+    ModelCache,
+    graph_state,
+    model_digest,
+    model_key,
+    restore_graph,
+    write_behind,
+)
+from glowpy.backends.cpu.model_cache import flush as flush_model_writes
+from glowpy.backends.cpu.target import HostTarget, host_target, isa_available, new_machine
 from glowpy.errors import (
     InternalError,
     InvalidDatatype,
@@ -117,34 +128,70 @@ def load_object(obj: bytes, target: HostTarget) -> llvm.ExecutionEngine:
     empty = llvm.parse_assembly("")
     empty.triple = target.triple
     engine = llvm.create_mcjit_compiler(empty, new_machine(target))
-    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    for part in parallel.unpack(obj):  # MCJIT links the kernels' objects to the entry's
+        engine.add_object_file(llvm.ObjectFileRef.from_data(part))
     engine.finalize_object()
     return engine
+
+
+@dataclass
+class Layout:
+    """What an executable needs besides its code: the weights table and the arena, from a build or
+    from a model cache entry."""
+
+    arena_size: int
+    weights_size: int
+    nthreads: int  # threads a run uses (1 when no step is parallel)
+    steps: int  # kernel calls per run
+    fast_kernels: list[str]
+    profile_offset: int
+    profile_layout: dict[str, int]  # slots of the profile block (codegen.profile_layout)
+    profile_steps: list[StepInfo]  # the kernel steps as profiles name them
+    weights: list[np.ndarray]
+    const_index: dict[str, int]  # constant name -> its position in the weights table
+
+    @classmethod
+    def of(cls, program: codegen.Program) -> Layout:
+        const_index = {v.name: st.offset for st in program.storage.values() if st.kind == "const"
+                       for v in st.values if 0 <= st.offset < len(program.weights)}
+        return cls(program.arena_size, program.weights_size, program.nthreads if program.threaded else 1,
+                   len([s for s in program.steps if s.fn is not None]), list(program.fast_kernels),
+                   program.profile_offset, codegen.profile_layout(len(program.steps), program.nthreads),
+                   [StepInfo(k, s.name, s.describe(), s.nodes[0].op if s.nodes else "", s.parallel, s.work)
+                    for k, s in enumerate(program.steps) if s.fn is not None],
+                   list(program.weights), const_index)
+
+    def meta(self) -> dict[str, Any]:
+        """Everything but the weights (a model cache entry stores those apart)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "weights"}
 
 
 class CpuExecutable(Executable):
     """A compiled graph: the native entry, its weights block and its arena."""
 
-    def __init__(self, graph: Graph, program: codegen.Program, engine: llvm.ExecutionEngine, *,
+    def __init__(self, graph: Graph, program: codegen.Program | Layout, engine: llvm.ExecutionEngine, *,
                  cached: bool, compile_seconds: float = 0.0) -> None:
-        self.cached = cached
-        self.arena_size = program.arena_size
-        self.weights_size = program.weights_size
-        self.nthreads = program.nthreads if program.threaded else 1
+        layout = program if isinstance(program, Layout) else Layout.of(program)
+        self.layout = layout
+        self.cached = cached  # the object code came from the cache
+        self.model_cached = False  # the whole compile came from a model cache entry
+        self.arena_size = layout.arena_size
+        self.weights_size = layout.weights_size
+        self.nthreads = layout.nthreads
         self.compile_seconds = compile_seconds
-        self.steps = len([s for s in program.steps if s.fn is not None])
-        self.fast_kernels = list(program.fast_kernels)
+        self.steps = layout.steps
+        self.fast_kernels = list(layout.fast_kernels)
         self._engine = engine
         address = engine.get_function_address(codegen.ENTRY)
         if not address:
             raise InternalError("the compiled object has no entry function", expected=codegen.ENTRY)
         self._entry = _ENTRY_TYPE(address)
-        # The weights table points at the arrays where they are (graph constants, packed arrays):
-        # nothing is copied, so the process holds each weight once.
-        self._weight_arrays = list(program.weights)
+        # The weights table points at the arrays where they are (graph constants, packed arrays, or
+        # the cache entry's mapped file): nothing is copied, so the process holds each weight once.
+        self._weight_arrays = list(layout.weights)
         self._weights = (ctypes.c_void_p * max(1, len(self._weight_arrays)))(
             *[a.ctypes.data for a in self._weight_arrays])
-        self._arena = _aligned_zeros(program.arena_size)
+        self._arena = _aligned_zeros(layout.arena_size)
         self._in_types = [(v.dtype, v.shape) for v in graph.inputs]
         self._out_types = [(v.dtype, v.shape) for v in graph.outputs]
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self._in_types)))()
@@ -152,8 +199,9 @@ class CpuExecutable(Executable):
         self._lock = threading.Lock()  # one arena: runs of one executable take turns
         self._weights_ptr, self._arena_ptr = ctypes.addressof(self._weights), self._arena.ctypes.data
         self._in_addr, self._out_addr = ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs)
-        self._profile_offset = program.profile_offset
-        self._step_names = [(s.name, s.describe(), s.parallel) for s in program.steps]
+        self._profile_offset = layout.profile_offset
+        self._profile_layout = layout.profile_layout
+        self._profile_steps = list(layout.profile_steps)
         self._last_wall = 0.0
 
     def _coerce(self, i: int, a: Any) -> np.ndarray:
@@ -185,6 +233,8 @@ class CpuExecutable(Executable):
             for j, o in enumerate(outs):
                 self._out_ptrs[j] = _address(o)
             if self._profile_offset >= 0:
+                lay = self._profile_layout
+                self._arena[self._profile_offset:self._profile_offset + 8 * lay["slots"]] = 0
                 t = time.perf_counter()
                 self._entry(self._weights_ptr, self._arena_ptr, self._in_addr, self._out_addr)
                 self._last_wall = time.perf_counter() - t
@@ -192,17 +242,47 @@ class CpuExecutable(Executable):
                 self._entry(self._weights_ptr, self._arena_ptr, self._in_addr, self._out_addr)
         return outs
 
-    def profile(self) -> list[tuple[str, str, bool, float]]:
-        """(kernel, nodes, parallel, seconds) per step of the last run; needs compile(..., profile=True).
-        Seconds are thread 0's cycle stamps scaled to the wall time of the native call."""
+    def profile(self) -> RunProfile:
+        """The kernel timings of the last run; needs compile(..., profile=True)."""
         if self._profile_offset < 0:
-            raise InternalError("compile with profile=True to profile steps")
-        n = len(self._step_names)
-        stamps = self._arena[self._profile_offset:self._profile_offset + 8 * (n + 1)].view(np.int64)
-        total = max(int(stamps[-1] - stamps[0]), 1)
-        scale = self._last_wall / total
-        return [(name, nodes, par, float(stamps[k + 1] - stamps[k]) * scale)
-                for k, (name, nodes, par) in enumerate(self._step_names)]
+            raise InternalError("compile with profile=True to profile kernels")
+        lay = self._profile_layout
+        stamps = self._arena[self._profile_offset:self._profile_offset + 8 * lay["slots"]].view(np.int64).copy()
+        threads = int(stamps[lay["threads"]])
+        spans: list[tuple[int, int, int, int]] = []
+        for info in self._profile_steps:
+            for tid in range(threads):
+                start, end = stamps[lay["rows"] + tid * lay["row_stride"] + 2 * info.index:][:2]
+                if start and end:
+                    spans.append((info.index, tid, int(start), int(end)))
+        return RunProfile(int(stamps[lay["begin"]]), int(stamps[lay["end"]]), self._last_wall, threads,
+                          list(self._profile_steps), spans)
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """A kernel step as profiles name it: its kernel, the nodes it runs, whether threads share it, and
+    its FLOPs when it is a matrix product or a convolution (else the elements it touches)."""
+
+    index: int
+    kernel: str
+    nodes: str
+    op: str
+    parallel: bool
+    work: float
+
+
+@dataclass
+class RunProfile:
+    """One profiled run: native begin and end (CLOCK_MONOTONIC ns), the caller's wall time of the
+    native call (s), the threads that ran, and (step index, tid, start ns, end ns) per kernel call."""
+
+    begin: int
+    end: int
+    wall: float
+    threads: int
+    steps: list[StepInfo]
+    spans: list[tuple[int, int, int, int]]
 
 
 class CpuBackend(Backend):
@@ -303,6 +383,59 @@ class CpuBackend(Backend):
 
         return assembly(self.emit_llvm(graph, **options), self.target_for(options))
 
+    # --- the model-level cache (glowpy.pipeline asks before importing) --------------------------
+
+    def model_cache_key(self, model: Any, shapes: Any, optimize: bool, options: dict[str, Any]) -> str | None:
+        """The model cache key of compiling `model` with `options`, or None (cache off, or a model
+        whose bytes do not determine it). Raises for bad options, as compile would."""
+        nthreads, use_cache, fast, profile = self._options(options)
+        if not use_cache:
+            return None
+        target = self.target_for(options)
+        digest = model_digest(model, ObjectCache())
+        if digest is None:
+            return None
+        code_options = {"threads": nthreads, "fast_kernels": fast, "profile": profile,
+                        "isa": options.get("isa", "host")}
+        return model_key(digest, shapes, optimize, code_options, target.fingerprint())
+
+    def load_compiled(self, key: str, options: dict[str, Any]) -> tuple[Graph, CpuExecutable, Any] | None:
+        """(optimized graph, executable, the stored import summary) from the model cache, or None."""
+        start = time.perf_counter()
+        flush_model_writes()  # this process's own pending write of the same model is a hit, not a recompile
+        store = ObjectCache()
+        entry = ModelCache(store).get(key)
+        if entry is None:
+            return None
+        meta = entry.meta
+        obj = store.get(meta["code_key"])
+        if obj is None:
+            return None
+        try:
+            engine = load_object(obj, self.target_for(options))
+        except Exception:  # noqa: BLE001  (an entry LLVM cannot load is a miss, never fatal)
+            return None
+        graph = restore_graph(meta["graph"])
+        layout = Layout(weights=entry.weights, **meta["layout"])
+        for name, index in layout.const_index.items():
+            v = graph.constants.get(name)
+            if v is not None and v.data is None:
+                v.data = entry.weights[index]
+        executable = CpuExecutable(graph, layout, engine, cached=True, compile_seconds=time.perf_counter() - start)
+        executable.code_key = meta["code_key"]
+        executable.model_cached = True
+        return graph, executable, meta["imported"]
+
+    def store_compiled(self, key: str, graph: Graph, executable: CpuExecutable, imported: Any) -> bool:
+        """Record a compile under `key`, on a background thread (writing a model's weights costs about
+        as much as its import; model_cache.flush() waits). False when there is nothing to record."""
+        if not isinstance(executable, CpuExecutable) or getattr(executable, "code_key", None) is None:
+            return False
+        meta = {"format": MODEL_FORMAT, "code_key": executable.code_key, "graph": graph_state(graph),
+                "layout": executable.layout.meta(), "imported": imported}
+        write_behind(ModelCache(ObjectCache()).put, key, meta, list(executable.layout.weights))
+        return True
+
     def compile(self, graph: Graph, **options: Any) -> CpuExecutable:
         # Building LLVM IR in llvmlite allocates ~10^5 small objects and no cycles worth collecting
         # meanwhile; the cyclic collector's passes over them cost a quarter of a cached compile.
@@ -326,6 +459,7 @@ class CpuBackend(Backend):
         # before building: with release_weights the build drops the packed constants' data
         signature = graph_signature(graph, {"threads": nthreads, "fast_kernels": fast, "profile": profile},
                                     fingerprint) if store is not None else ""
+        progress.current().stage("codegen")
         program = self.build(graph, **options)
         key = obj = None
         if store is not None:
@@ -345,7 +479,7 @@ class CpuBackend(Backend):
             except Exception:  # noqa: BLE001  (an entry LLVM cannot load is rebuilt, never fatal)
                 engine, cached = None, False
         if engine is None:
-            obj = self._compile_object(graph, program.ir_text, len(program.steps), target)
+            obj = self._compile_object(graph, program, target, store)
             if store is not None:
                 store.put(key, obj)
             engine = load_object(obj, target)
@@ -355,16 +489,14 @@ class CpuBackend(Backend):
         executable.code_key = key  # names the generated code: equal keys, equal code
         return executable
 
-    def _compile_object(self, graph: Graph, text: str, nsteps: int, target: HostTarget) -> bytes:
-        show = nsteps >= 40 and sys.stderr.isatty()
-        if show:
-            print(f"glowpy: compiling {graph.name} ({nsteps} kernels) with LLVM for {target.cpu}...",
-                  end="", file=sys.stderr, flush=True)
-        t = time.perf_counter()
+    def _compile_object(self, graph: Graph, program: codegen.Program, target: HostTarget,
+                        store: ObjectCache | None) -> bytes:
+        """The program's object code: its kernels compiled in parallel, each once (parallel.py)."""
+        bar = progress.current()
         _return_free_heap()  # LLVM's transient peak then starts from what is live, not from freed import buffers
-        obj = compile_object(text, target)
-        if show:
-            print(f" {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+        obj = parallel.compile_program(str(program.module), program.kernel_defs, program.kernel_decls, target,
+                                       store, bar.kernels)
+        bar.stage("link")
         return obj
 
 
@@ -376,4 +508,4 @@ def _return_free_heap() -> None:
         pass
 
 
-__all__ = ["CpuBackend", "CpuExecutable", "SUPPORTED_OPS", "resolve_threads"]
+__all__ = ["CpuBackend", "CpuExecutable", "RunProfile", "SUPPORTED_OPS", "StepInfo", "resolve_threads"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import numpy as np
 from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
@@ -21,6 +22,7 @@ from glowpy.ir.activations import ACTIVATIONS, NONE
 
 class Math(Protocol):
     def const(self, v: float) -> ir.Value: ...
+    def bound(self, v: float) -> ir.Value: ...  # a constant x is compared with, in x's element type
     def add(self, a: ir.Value, b: ir.Value) -> ir.Value: ...
     def sub(self, a: ir.Value, b: ir.Value) -> ir.Value: ...
     def mul(self, a: ir.Value, b: ir.Value) -> ir.Value: ...
@@ -28,16 +30,23 @@ class Math(Protocol):
     def cmp(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value: ...
     def select(self, c: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value: ...
     def exp(self, x: ir.Value) -> ir.Value: ...
+    def expm1(self, x: ir.Value) -> ir.Value: ...
     def tanh(self, x: ir.Value) -> ir.Value: ...
 
 
 class ScalarMath:
     """Math on one float value (f32 or f64); exp and tanh from libm."""
 
-    def __init__(self, b: ir.IRBuilder, t: ir.Type) -> None:
+    def __init__(self, b: ir.IRBuilder, t: ir.Type, storage: np.dtype | None = None) -> None:
         self.b, self.t = b, t
+        self.storage = storage  # the element type when it is narrower than t (float16 computed in f32)
 
     def const(self, v: float) -> ir.Value:
+        return ir.Constant(self.t, float(v))
+
+    def bound(self, v: float) -> ir.Value:
+        if self.storage is not None:  # numpy compares a float16 array with a float16 bound
+            v = np.asarray(v).astype(self.storage)
         return ir.Constant(self.t, float(v))
 
     def add(self, a, b):
@@ -61,6 +70,9 @@ class ScalarMath:
     def exp(self, x):
         return U.libm(self.b, "exp", x)
 
+    def expm1(self, x):
+        return U.libm(self.b, "expm1", x)
+
     def tanh(self, x):
         return U.libm(self.b, "tanh", x)
 
@@ -72,6 +84,9 @@ class VectorMath:
         self.vx = vx
 
     def const(self, v):
+        return self.vx.fconst(v)
+
+    def bound(self, v):
         return self.vx.fconst(v)
 
     def add(self, a, b):
@@ -95,6 +110,10 @@ class VectorMath:
     def exp(self, x):
         return self.vx.exp(x)
 
+    def expm1(self, x):
+        # exp(x) - 1 loses relative precision only near 0, where the result is below 1e-7 in absolute error
+        return self.sub(self.vx.exp(x), self.const(1.0))
+
     def tanh(self, x):
         # tanh(|x|) = (1 - e) / (1 + e) with e = exp(-2|x|) <= 1, then the sign of x
         one = self.const(1.0)
@@ -113,6 +132,26 @@ def _sigmoid(m: Math, x: ir.Value) -> ir.Value:
     return m.div(one, m.add(one, m.exp(m.sub(m.const(0.0), x))))
 
 
+def _elu(m: Math, x: ir.Value, alpha: float) -> ir.Value:
+    return m.select(m.cmp(">", x, m.const(0.0)), x, m.mul(m.const(alpha), m.expm1(x)))
+
+
+def _shrink(m: Math, x: ir.Value, bias: float, lambd: float) -> ir.Value:
+    inner = m.select(m.cmp(">", x, m.bound(lambd)), m.sub(x, m.const(bias)), m.const(0.0))
+    return m.select(m.cmp("<", x, m.bound(-lambd)), m.add(x, m.const(bias)), inner)
+
+
+def _celu(m: Math, x: ir.Value, alpha: float) -> ir.Value:
+    # max(0, x) + min(0, alpha * expm1(x / alpha)); the second select keeps a NaN
+    zero = m.const(0.0)
+    neg = m.mul(m.const(alpha), m.expm1(m.div(x, m.const(alpha))))
+    return m.add(m.select(m.cmp(">", x, zero), x, zero), m.select(m.cmp(">", neg, zero), zero, neg))
+
+
+def _abs(m: Math, x: ir.Value) -> ir.Value:
+    return m.select(m.cmp("<", x, m.const(0.0)), m.sub(m.const(0.0), x), x)
+
+
 Emitter = Callable[[Math, ir.Value, Sequence[Any]], ir.Value]
 
 EMITTERS: dict[str, Emitter] = {
@@ -123,6 +162,12 @@ EMITTERS: dict[str, Emitter] = {
     "tanh": lambda m, x, p: m.tanh(x),
     "hard_sigmoid": lambda m, x, p: _clamp(m, m.add(m.mul(x, m.const(p[0])), m.const(p[1])), 0.0, 1.0),
     "hard_swish": lambda m, x, p: m.mul(x, _clamp(m, m.add(m.mul(x, m.const(1 / 6)), m.const(0.5)), 0.0, 1.0)),
+    "elu": lambda m, x, p: _elu(m, x, p[0]),
+    "selu": lambda m, x, p: m.mul(_elu(m, x, p[0]), m.const(p[1])),
+    "celu": lambda m, x, p: _celu(m, x, p[0]),
+    "thresholded_relu": lambda m, x, p: m.select(m.cmp(">", x, m.bound(p[0])), x, m.const(0.0)),
+    "softsign": lambda m, x, p: m.div(x, m.add(m.const(1.0), _abs(m, x))),
+    "shrink": lambda m, x, p: _shrink(m, x, p[0], p[1]),
 }
 
 # IR ops the elementwise kernels generate through an emitter (on float values).

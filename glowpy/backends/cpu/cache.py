@@ -20,6 +20,13 @@ processes compiling the same model at once each write a complete file (the last 
 file whose header or digest does not check out (truncated, corrupt, another format) is ignored and
 rebuilt: a corrupt object is never handed to LLVM.
 
+Size cap: $GLOWPY_CACHE_MAX_BYTES (bytes; a K, M or G suffix multiplies by 2^10, 2^20, 2^30;
+default 4G; 0 turns the cap off). After a process stores an entry it evicts the least recently used
+entries (by modification time; a hit touches the files it reads) until the directory holds at most
+90% of the cap. Another process may be reading an entry that is evicted: a file already open or
+mapped stays readable (POSIX unlink), one not yet opened is a miss, so eviction is safe under
+concurrent processes. `glowpy cache info|clear|path` reports, empties or locates the directory.
+
 Faults never fail a compile: a directory that cannot be written (read-only, full disk, not a directory)
 or an entry that cannot be read or does not check out makes the compile go on without that entry,
 and logs one warning on the `glowpy.cache` logger per directory and kind of fault, for the life of the
@@ -110,6 +117,103 @@ def graph_signature(graph: Any, options: dict[str, Any], fingerprint: str) -> st
     return h.hexdigest()
 
 
+DEFAULT_MAX_BYTES = 4 << 30
+_SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+STALE_TMP_SECONDS = 3600  # a temporary file older than this was left by a process that died mid-write
+
+
+def max_bytes() -> int:
+    """The size cap from $GLOWPY_CACHE_MAX_BYTES (0: no cap); a malformed value warns and means the default."""
+    raw = os.environ.get("GLOWPY_CACHE_MAX_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_MAX_BYTES
+    scale = _SUFFIX.get(raw[-1].upper(), 1)
+    try:
+        n = int(raw[:-1] if scale > 1 else raw) * scale
+        if n < 0:
+            raise ValueError
+        return n
+    except ValueError:
+        warn_once(cache_dir(), "cap", f"GLOWPY_CACHE_MAX_BYTES={raw!r} is not a size (e.g. 2G); using "
+                  f"{DEFAULT_MAX_BYTES >> 30}G")
+        return DEFAULT_MAX_BYTES
+
+
+def entries(directory: Path) -> list[tuple[Path, int, float]]:
+    """(path, bytes, mtime) of every entry file, least recently used first."""
+    out = []
+    try:
+        it = list(os.scandir(directory))
+    except OSError:
+        return []
+    for e in it:
+        if e.name.endswith((".o", ".w", ".tmp")):
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            out.append((Path(e.path), st.st_size, st.st_mtime))
+    return sorted(out, key=lambda t: t[2])
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        warn_once(path.parent, "evict", f"cannot remove {path.name} ({e.strerror or e})")
+        return False
+
+
+def evict(directory: Path, cap: int | None = None) -> int:
+    """Remove least recently used entries until the directory holds at most 90% of `cap` (default:
+    max_bytes()); stale temporary files go first. Returns the bytes removed."""
+    import time
+
+    cap = max_bytes() if cap is None else cap
+    found = entries(directory)
+    now = time.time()
+    freed = 0
+    keep = []
+    for path, size, mtime in found:
+        if path.suffix == ".tmp" and now - mtime > STALE_TMP_SECONDS and _unlink(path):
+            freed += size
+        else:
+            keep.append((path, size, mtime))
+    total = sum(size for _, size, _ in keep)
+    if cap <= 0 or total <= cap:
+        return freed
+    target = cap * 9 // 10
+    for path, size, _ in keep:
+        if total <= target:
+            break
+        if path.suffix == ".tmp":
+            continue  # another process is writing it
+        if _unlink(path):
+            freed += size
+        total -= size
+    return freed
+
+
+def clear(directory: Path) -> tuple[int, int]:
+    """Remove every entry (not temporary files of writers in flight); (files, bytes) removed."""
+    n = freed = 0
+    for path, size, _ in entries(directory):
+        if path.suffix != ".tmp" and _unlink(path):
+            n, freed = n + 1, freed + size
+    return n, freed
+
+
+def touch(path: Path) -> None:
+    """Mark an entry used (the eviction order); a read-only directory just keeps the old order."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
 class ObjectCache:
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = Path(directory) if directory is not None else cache_dir()
@@ -134,6 +238,7 @@ class ObjectCache:
             warn_once(self.directory, "corrupt", f"ignored {path.name}: truncated, damaged or not a glowpy entry "
                       "(rebuilt)")
             return None
+        touch(path)
         return payload
 
     def get_index(self, signature: str) -> dict[str, Any] | None:
@@ -160,7 +265,6 @@ class ObjectCache:
                 f.write(header)
                 f.write(data)
             os.replace(tmp, self.path(key))
-            return True
         except OSError as e:
             try:
                 os.unlink(tmp)
@@ -168,6 +272,8 @@ class ObjectCache:
                 pass
             self._write_failed(e)
             return False
+        evict(self.directory)
+        return True
 
     def _write_failed(self, e: OSError) -> None:
         warn_once(self.directory, "write", f"cannot store compiled code ({e.strerror or e}); compiling without "

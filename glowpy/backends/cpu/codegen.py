@@ -15,6 +15,11 @@ ones run on thread 0, and a barrier (atomic counter + generation, spinning with 
 `sched_yield`) separates a step from the previous one whenever threads could see each other's
 writes. A thread that fails to start is simply not counted: work is split over the threads that
 did start.
+
+Profile builds (profile=True only; otherwise no timing code is emitted): a block of i64 nanosecond
+stamps in the arena (`profile_layout`): the run's begin and end and the started thread count,
+written by the entry, then one row per thread of (start, end) per step, written by each thread
+around each kernel call it makes (CLOCK_MONOTONIC through clock_gettime, a vDSO call on Linux).
 """
 
 from __future__ import annotations
@@ -219,8 +224,8 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
             key = ("scratch", k)
             scratch_key[k] = key
             intervals.append(Interval(key, align_up(s.scratch) * (nthreads if s.parallel else 1), k, k))
-    if profile:  # one cycle stamp per step, kept for the whole run
-        intervals.append(Interval(PROFILE_KEY, 8 * (len(steps) + 1), 0, max(len(steps) - 1, 0)))
+    if profile:  # the stamps, kept for the whole run
+        intervals.append(Interval(PROFILE_KEY, profile_bytes(len(steps), nthreads), 0, max(len(steps) - 1, 0)))
     plan = plan_arena(intervals)
     for st in binder.of.values():
         if st.kind == "arena":
@@ -251,6 +256,35 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
 
 
 # --- the entry and the worker ----------------------------------------------------------------------
+
+PROFILE_HEADER = 8  # i64 slots before the rows: run begin, run end, threads started, spare
+CLOCK_MONOTONIC = 1  # Linux
+
+
+def profile_bytes(nsteps: int, nthreads: int) -> int:
+    return 8 * (PROFILE_HEADER + 2 * nsteps * nthreads)
+
+
+def profile_layout(nsteps: int, nthreads: int) -> dict[str, int]:
+    """Slot indices (i64) in the profile block: begin, end, threads, and row(tid) + 2k (+1) = step k's
+    start (end) on thread tid; a slot left 0 means that thread did not run that step."""
+    return {"begin": 0, "end": 1, "threads": 2, "rows": PROFILE_HEADER, "row_stride": 2 * nsteps,
+            "slots": PROFILE_HEADER + 2 * nsteps * nthreads}
+
+
+def _emit_now(module: ir.Module) -> ir.Function:
+    """i64 glowpy.now(): CLOCK_MONOTONIC in nanoseconds."""
+    timespec = ir.LiteralStructType([U.I64, U.I64])  # struct timespec on LP64 Linux
+    gettime = U.declare(module, "clock_gettime", U.I32, [U.I32, timespec.as_pointer()])
+    fn = ir.Function(module, ir.FunctionType(U.I64, []), name="glowpy.now")
+    fn.linkage = "internal"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    ts = b.alloca(timespec, name="ts")
+    b.call(gettime, [U.i32(CLOCK_MONOTONIC), ts])
+    sec = b.load(b.gep(ts, [U.i32(0), U.i32(0)], inbounds=True), name="sec")
+    nsec = b.load(b.gep(ts, [U.i32(0), U.i32(1)], inbounds=True), name="nsec")
+    b.ret(b.add(b.mul(sec, U.i64(1_000_000_000)), nsec, name="ns"))
+    return fn
 
 # shared state of one run: weights, arena, inputs, outputs, nthreads, barrier count, generation, go flag
 SHARED = ir.LiteralStructType([U.I8P.as_pointer(), U.I8P, U.I8P.as_pointer(), U.I8P.as_pointer(), U.I32, U.I32, U.I32,
@@ -380,27 +414,28 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
     for j in range(len(binder.graph.outputs)):
         io_ptr(outputs, j, "output")
 
-    stamps = None
+    row = now = None
+    layout = profile_layout(len(steps), nthreads)
     if profile:
+        now = _emit_now(module)
         stamps = b.bitcast(b.gep(arena, [U.i64(plan.offsets[PROFILE_KEY])], inbounds=True), U.I64.as_pointer(),
                            name="stamps")
-        clock = U.declare(module, "llvm.readcyclecounter", U.I64, [])
+        first = b.add(U.i64(layout["rows"]), b.mul(b.sext(tid, U.I64), U.i64(layout["row_stride"])), name="row.first")
+        row = b.gep(stamps, [first], inbounds=True, name="row")
 
-    def stamp(k: int) -> None:
-        if stamps is not None:
-            with U.if_then(b, is_main, f"stamp{k}"):
-                b.store(b.call(clock, []), b.gep(stamps, [U.i64(k)], inbounds=True))
+    def stamp(k: int, end: int) -> None:
+        """This thread's start (end=0) or end (end=1) of step k."""
+        if row is not None:
+            b.store(b.call(now, []), b.gep(row, [U.i64(2 * k + end)], inbounds=True))
 
     unsynced_parallel = False  # since the last barrier, did any thread other than 0 run a step?
     serial_since = False  # since the last barrier, did thread 0 run a serial step?
     for k, s in enumerate(steps):
         if s.fn is None:
-            stamp(k)
             continue
         if threaded and (unsynced_parallel or (s.parallel and serial_since)):
             b.call(barrier, [count, gen, nt])
             unsynced_parallel = serial_since = False
-        stamp(k)
         params = s.fn.function_type.args
         ptr_args = [pointer(a, k, s) for a in s.args]
         if len(ptr_args) + 2 != len(params):
@@ -409,17 +444,18 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
         call_args = [b.bitcast(p, t) if p.type != t else p for p, t in zip(ptr_args, params)]
         with _guarded(b, s, k, pointer):
             if s.parallel:
+                stamp(k, 0)
                 b.call(s.fn, call_args + [tid, nt])
+                stamp(k, 1)
             else:
                 with U.if_then(b, is_main, f"step{k}"):
+                    stamp(k, 0)
                     b.call(s.fn, call_args + [U.i32(0), U.i32(1)])
+                    stamp(k, 1)
         if s.parallel:
             unsynced_parallel = True
         else:
             serial_since = True
-    if threaded and unsynced_parallel and profile:
-        b.call(barrier, [count, gen, nt])
-    stamp(len(steps))
     b.ret_void()
 
     # Thread entry: wait for the go flag (set once every thread that could start did), then work.
@@ -457,8 +493,21 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
         eb.store(U.i32(0), _field(eb, shared, i, "zero"))
     nt_slot = _field(eb, shared, 4, "nthreads.slot")
     eb.store(U.i32(1), nt_slot)
+    run_stamp = None
+    if profile:
+        run_stamps = eb.bitcast(eb.gep(entry.args[1], [U.i64(plan.offsets[PROFILE_KEY])], inbounds=True),
+                                U.I64.as_pointer(), name="run.stamps")
+
+        def run_stamp(slot: str, value: ir.Value | None = None) -> None:
+            value = eb.call(now, []) if value is None else value
+            eb.store(value, eb.gep(run_stamps, [U.i64(layout[slot])], inbounds=True))
+
+        run_stamp("begin")
     if not threaded:
         eb.call(worker, [shared, U.i32(0)])
+        if run_stamp is not None:
+            run_stamp("end")
+            run_stamp("threads", U.i64(1))
         eb.ret_void()
         return
     extra = nthreads - 1
@@ -495,6 +544,9 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
         eb.call(pjoin, [h, ir.Constant(U.I8P.as_pointer(), None)])
         eb.branch(nxt)
         eb.position_at_end(nxt)
+    if run_stamp is not None:
+        run_stamp("end")
+        run_stamp("threads", eb.sext(eb.add(n_started, U.i32(1)), U.I64))
     eb.ret_void()
 
 

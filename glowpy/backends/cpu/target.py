@@ -81,14 +81,16 @@ def new_machine(target: HostTarget | None = None) -> llvm.TargetMachine:
         cpu=target.cpu, features=target.features, opt=3, reloc="default", codemodel="jitdefault")
 
 
-def optimize(module: llvm.ModuleRef, target: HostTarget | None = None, speed_level: int = 3) -> None:
-    """Run LLVM's new-pass-manager O3 pipeline, tuned for the host, over `module` in place."""
+def optimize(module: llvm.ModuleRef, target: HostTarget | None = None, speed_level: int = 3,
+             machine: llvm.TargetMachine | None = None) -> None:
+    """Run LLVM's new-pass-manager O3 pipeline (or `speed_level`), tuned for the host, over `module` in
+    place; `machine` is the target machine to tune for (a thread's own; default the shared one)."""
     target = target or host_target()
     options = llvm.create_pipeline_tuning_options(speed_level=speed_level)
-    options.loop_vectorization = True
-    options.slp_vectorization = True
-    options.loop_unrolling = True
-    builder = llvm.create_pass_builder(target.machine, options)
+    options.loop_vectorization = speed_level >= 2
+    options.slp_vectorization = speed_level >= 2
+    options.loop_unrolling = speed_level >= 2
+    builder = llvm.create_pass_builder(machine or target.machine, options)
     builder.getModulePassManager().run(module, builder)
 
 

@@ -247,15 +247,55 @@ def _pool(x: np.ndarray, attrs: dict, pad_value, reduce, extra_value=None) -> np
     return acc
 
 
+def _max_pool_infer(attrs: dict, x: TensorType) -> TensorType | list[TensorType]:
+    y = _pool_infer("MaxPool")(attrs, x)
+    if attrs["storage_order"] not in (0, 1):
+        raise UnsupportedAttribute("storage_order must be 0 (row major) or 1 (column major)", op="MaxPool",
+                                   expected="0, 1", found=attrs["storage_order"])
+    return [y, TensorType(np.int64, y.shape)] if attrs["indices"] else y
+
+
+def _max_pool_indices(x: np.ndarray, attrs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Max and the flat input index of its first occurrence in window order (strictly greater wins)."""
+    nsp = x.ndim - 2
+    out = _pool_out(attrs, TensorType.of(x))
+    ks, st, pads, dil = attrs["kernel_shape"], attrs["strides"], attrs["pads"], attrs["dilations"]
+    sp = x.shape[2:]
+    # storage_order 1 numbers the spatial dims column major
+    if attrs["storage_order"]:
+        flat = [math.prod(sp[:d]) for d in range(nsp)]
+    else:
+        flat = [math.prod(sp[d + 1:]) for d in range(nsp)]
+    planes = np.arange(x.shape[0] * x.shape[1]).reshape(x.shape[0], x.shape[1], *([1] * nsp)) * math.prod(sp)
+    grids = np.meshgrid(*[np.arange(o) * s - p for o, s, p in zip(out, st, pads[:nsp])], indexing="ij")
+    best = np.full((*x.shape[:2], *out), -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min, dtype=x.dtype)
+    idx = np.full(best.shape, -1, dtype=np.int64)
+    for offs in product(*(range(k) for k in ks)):
+        pos = [g + o * d for g, o, d in zip(grids, offs, dil)]
+        ok = np.ones(out, dtype=bool)
+        for p, n in zip(pos, sp):
+            ok &= (p >= 0) & (p < n)
+        safe = [np.clip(p, 0, n - 1) for p, n in zip(pos, sp)]
+        v = x[(slice(None), slice(None), *safe)]
+        take = ok & ((v > best) | (idx < 0))
+        best = np.where(take, v, best)
+        idx = np.where(take, planes + sum(p * s for p, s in zip(safe, flat)), idx)
+    return best, idx
+
+
 @op(
     "MaxPool",
-    infer=_pool_infer("MaxPool"),
+    infer=_max_pool_infer,
     dtypes=NUMERIC_TYPES,
     attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED,
-           "ceil_mode": FROM_ONNX},
+           "ceil_mode": FROM_ONNX, "storage_order": 0, "indices": 0},
+    num_outputs=lambda a: 2 if a["indices"] else 1,
 )
-def max_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
-    """Max over each window; padding never wins."""
+def max_pool(attrs: dict, x: np.ndarray) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Max over each window; padding never wins. With `indices`, also the flat index into x of each
+    max (row major over the spatial dims, or column major for storage_order 1)."""
+    if attrs["indices"]:
+        return _max_pool_indices(x, attrs)
     init = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     return _pool(x, attrs, init, np.maximum)
 
@@ -264,7 +304,7 @@ def max_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
     "AveragePool",
     infer=_pool_infer("AveragePool"),
     dtypes=FLOAT_TYPES,
-    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "ceil_mode": FROM_ONNX,
+    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "dilations": (), "ceil_mode": FROM_ONNX,
            "count_include_pad": FROM_ONNX},
 )
 def average_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
@@ -274,6 +314,53 @@ def average_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
     ones = np.ones((1, 1, *x.shape[2:]))
     count = _pool(ones, attrs, 1.0 if attrs["count_include_pad"] else 0.0, np.add, extra_value=0.0)
     return (total / count).astype(x.dtype)
+
+
+@op(
+    "LpPool",
+    infer=_pool_infer("LpPool"),
+    dtypes=FLOAT_TYPES,
+    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "dilations": (), "ceil_mode": 0,
+           "p": FROM_ONNX},
+)
+def lp_pool(attrs: dict, x: np.ndarray) -> np.ndarray:
+    """(sum over each window of |x| ** p) ** (1 / p); padding contributes nothing."""
+    p = attrs["p"]
+    total = _pool(np.abs(x.astype(np.float64)) ** p, attrs, 0.0, np.add)
+    return (total ** (1.0 / p)).astype(x.dtype)
+
+
+def _unpool_infer(attrs: dict, x: TensorType, idx: TensorType) -> TensorType:
+    if idx.shape != x.shape or idx.dtype != np.int64:
+        raise MismatchingShape("MaxUnpool indices must be int64 of the input's shape", op="MaxUnpool",
+                               expected=f"int64 {x.shape}", found=f"{idx.dtype} {idx.shape}")
+    full = unpool_shape(attrs, x.shape)
+    out = tuple(attrs["output_shape"]) or full
+    if len(out) != x.rank or any(o < f for o, f in zip(out, full)):
+        raise UnsupportedShape("output_shape must be at least the unpooled shape", op="MaxUnpool",
+                               expected=f">= {full}", found=out)
+    return TensorType(x.dtype, out)
+
+
+def unpool_shape(attrs: dict, x_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape MaxPool's indices number: (in - 1) * stride - pads + kernel per spatial dim."""
+    n = len(attrs["kernel_shape"])
+    return tuple(x_shape[:2]) + tuple(
+        (x_shape[2 + d] - 1) * attrs["strides"][d] - attrs["pads"][d] - attrs["pads"][d + n] + attrs["kernel_shape"][d]
+        for d in range(n))
+
+
+@op("MaxUnpool", infer=_unpool_infer, inputs=(2, 2), dtypes=FLOAT_TYPES,
+    attrs={"kernel_shape": REQUIRED, "strides": REQUIRED, "pads": REQUIRED, "output_shape": ()})
+def max_unpool(attrs: dict, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Scatter x to the flat positions `idx` of the unpooled shape (zeros elsewhere; a later duplicate
+    index wins), placed at the start of each dim of `output_shape` when that is larger."""
+    full = unpool_shape(attrs, x.shape)
+    y = np.zeros(math.prod(full), dtype=x.dtype)
+    y[idx.reshape(-1)] = x.reshape(-1)
+    out = np.zeros(tuple(attrs["output_shape"]) or full, dtype=x.dtype)
+    out[tuple(slice(0, f) for f in full)] = y.reshape(full)
+    return out
 
 
 def _global_infer(attrs: dict, x: TensorType) -> TensorType:

@@ -1,4 +1,4 @@
-"""Data-movement ops (reshape, transpose, concat, split, slice, gather, expand, pad) and reductions.
+"""Data-movement ops (reshape, transpose, concat, split, slice, gather, expand, pad) and ArgMax (reductions: reduce.py).
 
 All shape-like operands are attributes here: the importer resolves ONNX's shape/axes/pads inputs to
 constants and normalizes negative axes, so every IR shape is static.
@@ -13,7 +13,7 @@ import numpy as np
 from glowpy.errors import MismatchingDatatype, MismatchingShape, UnsupportedAttribute, UnsupportedDatatype
 from glowpy.ir.ops.elementwise import broadcast_shapes
 from glowpy.ir.ops.registry import FROM_ONNX, REQUIRED, op
-from glowpy.ir.types import NUMERIC_TYPES, TensorType
+from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES, TensorType
 
 
 def _axis(name: str, axis: int, rank: int) -> int:
@@ -153,34 +153,6 @@ def pad(attrs: dict, x: np.ndarray) -> np.ndarray:
     return np.pad(x, widths, mode=attrs["mode"])
 
 
-# --- Reductions ------------------------------------------------------------------------------
-
-
-def _reduce_infer(name: str):
-    def infer(attrs: dict, x: TensorType) -> TensorType:
-        axes = {_axis(name, a, x.rank) for a in attrs["axes"]} if attrs["axes"] else set(range(x.rank))
-        if attrs["keepdims"]:
-            shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-        else:
-            shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
-        return TensorType(x.dtype, shape)
-
-    return infer
-
-
-def _reduce(name: str, fn) -> None:
-    def compute(attrs: dict, x: np.ndarray) -> np.ndarray:
-        axes = tuple(attrs["axes"]) if attrs["axes"] else None
-        return np.asarray(fn(x, axis=axes, keepdims=bool(attrs["keepdims"]))).astype(x.dtype)
-
-    op(name, infer=_reduce_infer(name), dtypes=NUMERIC_TYPES, attrs={"axes": (), "keepdims": FROM_ONNX})(compute)
-
-
-_reduce("ReduceSum", np.sum)
-_reduce("ReduceMean", np.mean)
-_reduce("ReduceMax", np.max)
-
-
 def _argmax_infer(attrs: dict, x: TensorType) -> TensorType:
     axis = _axis("ArgMax", attrs["axis"], x.rank)
     shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape)) if attrs["keepdims"] else \
@@ -202,3 +174,16 @@ def argmax(attrs: dict, x: np.ndarray) -> np.ndarray:
         idx = np.expand_dims(idx, axis)
     return idx.astype(np.int64)
 
+
+
+def _det_infer(attrs: dict, x: TensorType) -> TensorType:
+    if x.rank < 2 or x.shape[-1] != x.shape[-2]:
+        raise MismatchingShape("Det takes square matrices in the last two dims", op="Det", expected="[..., n, n]",
+                               found=list(x.shape))
+    return TensorType(x.dtype, x.shape[:-2])
+
+
+@op("Det", infer=_det_infer, dtypes=FLOAT_TYPES, onnx="Det")
+def det(attrs: dict, x: np.ndarray) -> np.ndarray:
+    """Determinant of each matrix in the last two dims (LU with partial pivoting, in float64)."""
+    return np.linalg.det(x.astype(np.float64)).astype(x.dtype)

@@ -23,7 +23,8 @@ F32 = np.float32
 NAMES = sorted(EMITTERS)
 # Non-default parameters where an activation has any (defaults are covered by the ONNX test).
 PARAMS = {"clip": {"min": -0.5, "max": 0.7}, "leaky_relu": {"alpha": 0.3},
-          "hard_sigmoid": {"alpha": 0.3, "beta": 0.4}}
+          "hard_sigmoid": {"alpha": 0.3, "beta": 0.4}, "elu": {"alpha": 0.7}, "selu": {"alpha": 1.5, "gamma": 0.8},
+          "celu": {"alpha": 2.0}, "thresholded_relu": {"alpha": 0.5}, "shrink": {"bias": 0.2, "lambd": 0.7}}
 # Values around every activation's kinks (0, +-3 for HardSwish, the clip bounds) and far out.
 SPECIAL = np.array([0.0, -0.0, 3.0, -3.0, 0.5, -0.5, 0.7, 20.0, -20.0, 90.0, -90.0], F32)
 

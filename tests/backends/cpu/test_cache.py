@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import glowpy.backends.cpu as cpu_mod
-from glowpy.backends.cpu import CpuBackend
+from glowpy.backends.cpu import CpuBackend, parallel
 from glowpy.backends.cpu.cache import ObjectCache, cache_dir
 from glowpy.backends.interpreter import InterpreterBackend
 from glowpy.ir.graph import Graph
@@ -44,8 +43,8 @@ def fresh_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def entries(d: Path) -> list[Path]:
-    """Object entries (not the signature index files)."""
-    return sorted(p for p in d.glob("*.o") if not p.name.startswith("idx-"))
+    """Whole-program object entries (not the signature index, per-kernel, model or path entries)."""
+    return sorted(p for p in d.glob("*.o") if not p.name.startswith(("idx-", "k-", "model-", "path-")))
 
 
 def test_second_compile_hits_and_skips_llvm(fresh_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,7 +56,7 @@ def test_second_compile_hits_and_skips_llvm(fresh_dir: Path, monkeypatch: pytest
     def no_llvm(*args, **kwargs):
         raise AssertionError("LLVM ran on a cache hit")
 
-    monkeypatch.setattr(cpu_mod, "compile_object", no_llvm)
+    monkeypatch.setattr(parallel, "compile_unit", no_llvm)
     second = CpuBackend().compile(graph, threads=1)
     assert second.cached
     check(second, graph, feeds)

@@ -26,9 +26,9 @@ def test_cpu_is_registered_and_the_default() -> None:
     assert isinstance(get_backend("cpu"), CpuBackend)
 
 
-# IR ops the cpu backend refuses for want of a kernel (issue 11: the recurrent kernels; issue 14: the
-# int8 kernels and the QDQ rewrite onto them).
-WITHOUT_KERNEL = {"LSTM", "GRU", "RNN", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+# IR ops the cpu backend refuses for want of a kernel (issue 14: the int8 kernels and the QDQ rewrite
+# onto them).
+WITHOUT_KERNEL = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
                   "QLinearMatMul", "ConvInteger", "MatMulInteger"}
 WITHOUT_KERNEL |= {"If", "Loop", "Scan"}  # the optimizer makes them straight-line code for cpu (should_lower)
 
@@ -161,9 +161,10 @@ def test_profile_reports_every_step() -> None:
     g = optimized_block()
     ex = CpuBackend().compile(g, threads=1, profile=True)
     ex.run([np.ones((1, 4, 6, 6), F32)])
-    rows = ex.profile()
-    assert [r[0].split(".")[1] for r in rows] == ["Conv", "Mul"]
-    assert all(r[3] >= 0 for r in rows)
+    prof = ex.profile()
+    assert [s.kernel.split(".")[1] for s in prof.steps] == ["Conv", "Mul"]
+    assert prof.threads == 1 and [k for k, *_ in prof.spans] == [s.index for s in prof.steps]
+    assert all(prof.begin <= start <= end <= prof.end for _, _, start, end in prof.spans)
 
 
 def test_unfoldable_batchnorm_is_lowered_for_the_elementwise_fuser() -> None:

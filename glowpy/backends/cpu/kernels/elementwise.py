@@ -6,9 +6,10 @@ chain becomes one flat loop that LLVM vectorizes, and a bias broadcast becomes a
 channels with a stride-0 inner operand. Threads split the outermost merged dim.
 
 `scalar_op` holds the per-element semantics of every elementwise IR op (and the BatchNormalization
-affine; activations come from their emitters in backends/cpu/activations.py), matching the numpy reference in glowpy.ir.ops: NaN propagates through Max/Min/Relu/Clip,
-integer Div truncates toward zero (and a zero divisor gives 0 instead of a trap), float16 rounds
-after every op.
+affine; activations come from their emitters in backends/cpu/activations.py), matching the numpy
+reference in glowpy.ir.ops: NaN propagates through Max/Min/Relu/Clip, integer Div / Mod never trap
+(a zero divisor gives 0, INT_MIN / -1 wraps), shifts by the bit width or more shift every bit out,
+float16 rounds after every op. Bools are computed as i1 (stored as one byte).
 """
 
 from __future__ import annotations
@@ -32,7 +33,15 @@ from glowpy.ir.ops import OPS
 _OWN_CODE = frozenset({
     "Relu", "Clip", "Exp", "Log", "Sqrt", "Erf", "Neg", "Abs", "Reciprocal", "Softplus", "Gelu", "Identity",
     "Dropout", "Cast", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater", "Less", "Where",
+    "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "Not", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+    "BitwiseNot", "BitShift", "Mod", "PRelu", "Mean", "Sign", "IsNaN", "IsInf", "Shrink",
+    "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
 })
+_LIBM_UNARY = {"Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan",
+               "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh"}
+_INTRINSIC_UNARY = {"Floor": "llvm.floor", "Ceil": "llvm.ceil", "Round": "llvm.roundeven"}
+_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater", "Less", "GreaterOrEqual",
+                     "LessOrEqual", "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "PRelu"})
 SCALAR_OPS = frozenset(
     name for name, d in OPS.items() if d.elementwise and (name in _OWN_CODE or name in activations.EMITTED_OPS)
 ) | {"BatchNormalization"}
@@ -194,7 +203,8 @@ def _scalar(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.V
         return _cast(b, x, dt, out)
     if flt and op in activations.EMITTED_OPS:
         name = activations.EMITTED_OPS[op]
-        return activations.emit(activations.ScalarMath(b, t), x, name, ACTIVATIONS[name].params_of(attrs))
+        storage = dt if dt == np.float16 else None
+        return activations.emit(activations.ScalarMath(b, t, storage), x, name, ACTIVATIONS[name].params_of(attrs))
     if op == "Relu":
         if dt.kind == "u":
             return x
@@ -211,8 +221,23 @@ def _scalar(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.V
         return _clip(b, x, attrs["min"], attrs["max"], dt)
     if op == "Where":
         return b.select(args[0], args[1], args[2])
-    if op in ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater", "Less"):
+    if op in _BINARY:
         return _binary(b, op, x, args[1], dt)
+    if op == "Mod":
+        return _fmod(b, x, args[1], dt, attrs["fmod"]) if flt else _int_mod(b, x, args[1], dt, attrs["fmod"])
+    if op == "BitShift":
+        return _bitshift(b, x, args[1], dt, attrs["direction"])
+    if op == "Not":
+        return b.xor(x, ir.Constant(t, 1))
+    if op == "BitwiseNot":
+        return b.not_(x)
+    if op == "Sign":
+        return _sign(b, x, dt)
+    if op == "Shrink":  # integers: in double, truncated back as numpy's astype does
+        f64 = np.dtype(np.float64)
+        y = activations.emit(activations.ScalarMath(b, U.F64), _cast(b, x, dt, f64), "shrink",
+                             ACTIVATIONS["shrink"].params_of(attrs))
+        return _cast(b, y, f64, dt)
     if op == "BatchNormalization":
         scale, bias, mean, var = args[1:5]
         inv = b.fdiv(scale, U.intrinsic(b, "llvm.sqrt", b.fadd(var, U.fconst(t, attrs["epsilon"]))))
@@ -220,6 +245,19 @@ def _scalar(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.V
     if not flt:
         raise UnsupportedDatatype("op needs a float element type", op=op, expected="float", found=str(dt))
     one = U.fconst(t, 1.0)
+    if op in _LIBM_UNARY:
+        return U.libm(b, _LIBM_UNARY[op], x)
+    if op in _INTRINSIC_UNARY:
+        return U.intrinsic(b, _INTRINSIC_UNARY[op], x)
+    if op == "IsNaN":
+        return b.fcmp_unordered("uno", x, x)
+    if op == "IsInf":
+        return _isinf(b, x, attrs["detect_negative"], attrs["detect_positive"])
+    if op == "Mean":
+        acc = x
+        for y in args[1:]:  # float16 rounds after every add, as the reference accumulates in its type
+            acc = U.round_half(b, b.fadd(acc, y), out)
+        return b.fdiv(acc, U.fconst(t, float(len(args))))
     if op == "Exp":
         return U.intrinsic(b, "llvm.exp", x)
     if op == "Log":
@@ -244,6 +282,69 @@ def _scalar(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.V
         e = U.libm(b, "erf", b.fmul(x, U.fconst(t, 1.0 / math.sqrt(2.0))))
         return b.fmul(b.fmul(half, x), b.fadd(one, e))
     raise UnsupportedOperator("no elementwise code generation for op", op=op)
+
+
+def _isinf(b: ir.IRBuilder, x: ir.Value, negative: int, positive: int) -> ir.Value:
+    inf = U.fconst(x.type, math.inf)
+    if negative and positive:
+        return b.fcmp_ordered("==", U.intrinsic(b, "llvm.fabs", x), inf)
+    if negative or positive:
+        return b.fcmp_ordered("==", x, b.fneg(inf) if negative else inf)
+    return ir.Constant(U.I1, 0)
+
+
+def _sign(b: ir.IRBuilder, x: ir.Value, dt: np.dtype) -> ir.Value:
+    t = x.type
+    if dt.kind == "f":
+        zero = U.fconst(t, 0.0)
+        y = b.select(b.fcmp_ordered("==", x, zero), zero, x)  # -0.0 -> 0.0, NaN stays
+        y = b.select(b.fcmp_ordered("<", x, zero), U.fconst(t, -1.0), y)
+        return b.select(b.fcmp_ordered(">", x, zero), U.fconst(t, 1.0), y)
+    zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+    if dt.kind == "u":
+        return b.zext(b.icmp_unsigned("!=", x, zero), t)
+    y = b.select(b.icmp_signed("<", x, zero), ir.Constant(t, (1 << t.width) - 1), zero)
+    return b.select(b.icmp_signed(">", x, zero), one, y)
+
+
+def _fmod(b: ir.IRBuilder, x: ir.Value, y: ir.Value, dt: np.dtype, c_fmod: int) -> ir.Value:
+    r = b.frem(x, y)
+    if c_fmod:
+        return r
+    # numpy's float mod: the remainder takes the divisor's sign; a zero remainder is a zero of that sign.
+    zero = U.fconst(x.type, 0.0)
+    differ = b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero))
+    fix = b.and_(b.fcmp_ordered("!=", r, zero), differ)
+    r = b.select(fix, b.fadd(r, y), r)
+    return b.select(b.fcmp_ordered("==", r, zero), U.intrinsic(b, "llvm.copysign", zero, y), r)
+
+
+def _int_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value, dt: np.dtype, c_fmod: int) -> ir.Value:
+    t = x.type
+    zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+    is_zero = b.icmp_unsigned("==", y, zero)
+    if not U.is_signed(dt):
+        return b.select(is_zero, zero, b.urem(x, b.select(is_zero, one, y)))
+    # x % 0 gives 0; x % -1 is 0 (INT_MIN % -1 would trap).
+    bad = b.or_(is_zero, b.icmp_unsigned("==", y, ir.Constant(t, (1 << t.width) - 1)))
+    r = b.srem(x, b.select(bad, one, y))
+    if not c_fmod:  # Python's %: the divisor's sign
+        fix = b.and_(b.icmp_unsigned("!=", r, zero),
+                     b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))
+        r = b.select(fix, b.add(r, y), r)
+    return b.select(bad, zero, r)
+
+
+def _bitshift(b: ir.IRBuilder, x: ir.Value, y: ir.Value, dt: np.dtype, direction: str) -> ir.Value:
+    t = x.type
+    width = ir.Constant(t, t.width)
+    out_of_range = b.icmp_unsigned(">=", y, width)  # a negative signed amount too
+    zero = ir.Constant(t, 0)
+    if direction == "LEFT":
+        return b.select(out_of_range, zero, b.shl(x, b.select(out_of_range, zero, y)))
+    if U.is_signed(dt):  # arithmetic: an out-of-range shift leaves the sign in every bit
+        return b.ashr(x, b.select(out_of_range, ir.Constant(t, t.width - 1), y))
+    return b.select(out_of_range, zero, b.lshr(x, b.select(out_of_range, zero, y)))
 
 
 def _clip(b: ir.IRBuilder, x: ir.Value, lo: float, hi: float, dt: np.dtype) -> ir.Value:
@@ -276,6 +377,12 @@ def _clip(b: ir.IRBuilder, x: ir.Value, lo: float, hi: float, dt: np.dtype) -> i
 
 
 def _binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: np.dtype) -> ir.Value:
+    if op in ("And", "BitwiseAnd"):
+        return b.and_(x, y)
+    if op in ("Or", "BitwiseOr"):
+        return b.or_(x, y)
+    if op in ("Xor", "BitwiseXor"):
+        return b.xor(x, y)
     if dt.kind == "b":
         if op == "Equal":
             return b.icmp_unsigned("==", x, y)
@@ -301,6 +408,12 @@ def _binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: np.dtype) ->
             return b.fcmp_ordered(">", x, y)
         if op == "Less":
             return b.fcmp_ordered("<", x, y)
+        if op == "GreaterOrEqual":
+            return b.fcmp_ordered(">=", x, y)
+        if op == "LessOrEqual":
+            return b.fcmp_ordered("<=", x, y)
+        if op == "PRelu":
+            return b.select(b.fcmp_ordered(">", x, U.fconst(x.type, 0.0)), x, b.fmul(x, y))
     cmp = b.icmp_signed if dt.kind == "i" else b.icmp_unsigned
     if op == "Add":
         return b.add(x, y)
@@ -322,6 +435,12 @@ def _binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: np.dtype) ->
         return cmp(">", x, y)
     if op == "Less":
         return cmp("<", x, y)
+    if op == "GreaterOrEqual":
+        return cmp(">=", x, y)
+    if op == "LessOrEqual":
+        return cmp("<=", x, y)
+    if op == "PRelu":
+        return b.select(cmp(">", x, ir.Constant(x.type, 0)), x, b.mul(x, y))
     raise UnsupportedOperator("no elementwise code generation for op", op=op)
 
 

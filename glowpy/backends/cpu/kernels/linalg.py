@@ -349,3 +349,61 @@ def pack_generic_gemm(*, b: np.ndarray | None, b_trans: bool, bias: np.ndarray |
     if bias_kind != "none":
         packed.append(np.ascontiguousarray(np.asarray(bias, dtype=dt)))
     return packed
+
+
+def emit_det(module: ir.Module, name: str, dtype: np.dtype, batch: int, n: int) -> tuple[ir.Function, int]:
+    """void name(out, x, scratch, tid, nthreads): the determinant of each n x n matrix by Gaussian
+    elimination with partial pivoting in float64 (a per-thread n x n scratch). Returns (function, scratch
+    bytes per thread)."""
+    dt = np.dtype(dtype)
+    p = U.ptr_type(dt)
+    fn, b = U.new_function(module, name, [("out", p), ("x", p), ("scratch", U.F64.as_pointer()), ("tid", U.I32),
+                                          ("nthreads", U.I32)])
+    out, x, a, tid, nt = fn.args
+    scratch = max(n * n, 1) * 8
+    if batch == 0:
+        b.ret_void()
+        return fn, scratch
+    f64 = U.F64
+    det = U.entry_alloca(b, f64, "det.slot")
+    piv = U.entry_alloca(b, U.I64, "piv.slot")
+    best = U.entry_alloca(b, f64, "best.slot")
+
+    def at(r: ir.Value, c: ir.Value) -> ir.Value:
+        return b.gep(a, [b.add(b.mul(r, U.i64(n)), c)], inbounds=True)
+
+    def fabs(v: ir.Value) -> ir.Value:
+        return U.intrinsic(b, "llvm.fabs", v)
+
+    with U.for_range(b, *U.thread_range(b, batch, tid, nt, "mats"), "mat") as m:
+        with U.for_range(b, 0, n * n, "cp") as e:
+            v = U.load(b, x, b.add(b.mul(m, U.i64(n * n)), e), dt)
+            b.store(b.fpext(v, f64) if v.type != f64 else v, b.gep(a, [e], inbounds=True))
+        b.store(ir.Constant(f64, 1.0), det)
+        with U.for_range(b, 0, n, "col") as c:
+            b.store(c, piv)
+            b.store(fabs(b.load(at(c, c))), best)
+            with U.for_range(b, b.add(c, U.i64(1)), U.i64(n), "row") as r:
+                v = fabs(b.load(at(r, c)))
+                better = b.fcmp_ordered(">", v, b.load(best))
+                b.store(b.select(better, v, b.load(best)), best)
+                b.store(b.select(better, r, b.load(piv)), piv)
+            pr = b.load(piv)
+            with U.if_then(b, b.icmp_signed("!=", pr, c), "swap"):
+                with U.for_range(b, 0, n, "sw") as j:
+                    t1, t2 = b.load(at(c, j)), b.load(at(pr, j))
+                    b.store(t2, at(c, j))
+                    b.store(t1, at(pr, j))
+                b.store(b.fneg(b.load(det)), det)
+            d = b.load(at(c, c))
+            b.store(b.fmul(b.load(det), d), det)
+            with U.if_then(b, b.fcmp_ordered("!=", d, ir.Constant(f64, 0.0)), "elim"):
+                with U.for_range(b, b.add(c, U.i64(1)), U.i64(n), "er") as r:
+                    f = b.fdiv(b.load(at(r, c)), d)
+                    with U.for_range(b, b.add(c, U.i64(1)), U.i64(n), "ej") as j:
+                        b.store(b.fsub(b.load(at(r, j)), b.fmul(f, b.load(at(c, j)))), at(r, j))
+        res = b.load(det)
+        ct = U.compute_type(dt)
+        U.store(b, out, m, b.fptrunc(res, ct) if ct != f64 else res, dt)
+    b.ret_void()
+    return fn, scratch

@@ -1,9 +1,9 @@
-"""Reductions (ReduceSum / ReduceMean / ReduceMax, global pools) and ArgMax.
+"""Reductions (ReduceSum / ReduceMean / ReduceMax / ReduceMin / ReduceProd, global pools) and ArgMax.
 
 A reduction loops over the kept dims outside (threads split the outermost) and the reduced dims
 inside, accumulating in a register: float16 and float32 sum in float32 with reassociation allowed
 (so the inner loop vectorizes), float64 in float64, integers wrap like numpy's astype of the sum,
-and an integer mean divides in float64 and truncates.
+and an integer mean divides in float64 and truncates. An empty reduction stores the identity.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import numpy as np
 from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
-from glowpy.backends.cpu.kernels.elementwise import _fmax
+from glowpy.backends.cpu.kernels.elementwise import _fmax, _fmin
 
 _REASSOC = ("reassoc", "contract")
 
 
 def emit_reduce(module: ir.Module, name: str, dtype: np.dtype, x_shape: tuple[int, ...], axes: Sequence[int],
                 kind: str) -> ir.Function:
-    """void name(out, x, tid, nthreads); kind in sum | mean | max. The output holds the kept dims
+    """void name(out, x, tid, nthreads); kind in sum | mean | max | min | prod. The output holds the kept dims
     in order (keepdims only changes the shape, not the layout)."""
     dt = np.dtype(dtype)
     params = [("out", U.ptr_type(dt)), ("x", U.ptr_type(dt)), ("tid", U.I32), ("nthreads", U.I32)]
@@ -51,8 +51,11 @@ def emit_reduce(module: ir.Module, name: str, dtype: np.dtype, x_shape: tuple[in
     slot = U.entry_alloca(b, acc_t, "acc.slot")
     if kind == "max":
         init = U.lowest(dt)
+    elif kind == "min":
+        init = ir.Constant(acc_t, math.inf) if dt.kind == "f" else U.const(dt, np.iinfo(dt).max)
     else:
-        init = ir.Constant(acc_t, 0.0 if dt.kind == "f" else 0)
+        one = 1 if kind == "prod" else 0
+        init = ir.Constant(acc_t, float(one) if dt.kind == "f" else one)
 
     def per_output(offs: list[ir.Value], idx: list[ir.Value]) -> None:
         b.store(init, slot)
@@ -60,16 +63,16 @@ def emit_reduce(module: ir.Module, name: str, dtype: np.dtype, x_shape: tuple[in
         def per_elem(roffs: list[ir.Value], ridx: list[ir.Value]) -> None:
             v = U.load(b, x, b.add(offs[1], roffs[0]), dt, name="x")
             acc = b.load(slot)
-            if kind == "max":
-                b.store(_fmax(b, acc, v, dt), slot)
+            if kind in ("max", "min"):
+                b.store((_fmax if kind == "max" else _fmin)(b, acc, v, dt), slot)
             elif dt.kind == "f":
                 if v.type != acc_t:
                     v = b.fpext(v, acc_t)
-                b.store(b.fadd(acc, v, flags=_REASSOC), slot)
+                b.store((b.fmul if kind == "prod" else b.fadd)(acc, v, flags=_REASSOC), slot)
             else:
                 if v.type != acc_t:
                     v = b.sext(v, acc_t) if dt.kind == "i" else b.zext(v, acc_t)
-                b.store(b.add(acc, v), slot)
+                b.store((b.mul if kind == "prod" else b.add)(acc, v), slot)
 
         if n_red == 0:
             pass

@@ -1,0 +1,118 @@
+"""Cold compiles in pieces: one LLVM module per distinct kernel, compiled on all cores, identical kernels
+once, and a per-kernel cache shared across models; the results equal the interpreter's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import glowpy
+from glowpy.backends.cpu import CpuBackend, codegen, parallel
+from glowpy.backends.cpu.target import host_target
+from glowpy.backends.interpreter import InterpreterBackend
+from glowpy.ir.graph import Graph
+from glowpy.ir.types import TensorType
+from tests.backends.cpu.test_model_cache import FEED, conv_model
+
+
+def chain(n: int, extra: bool = False) -> Graph:
+    """n identical Conv+Relu layers (other weights each); `extra` appends a Sigmoid."""
+    rng = np.random.default_rng(0)
+    g = Graph("chain")
+    v = g.add_input("x", TensorType(np.float32, (1, 8, 10, 10)))
+    for i in range(n):
+        w = g.add_constant(f"w{i}", rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2)
+        b = g.add_constant(f"b{i}", rng.standard_normal(8).astype(np.float32) * 0.1)
+        v = g.add_node("Conv", [v, w, b], {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1)},
+                       name=f"conv{i}").outputs[0]
+        v = g.add_node("Tanh", [v], name=f"tanh{i}").outputs[0]
+    if extra:
+        v = g.add_node("Sigmoid", [v], name="sig").outputs[0]
+    g.outputs = [v]
+    return g
+
+
+X = {"x": np.random.default_rng(1).standard_normal((1, 8, 10, 10)).astype(np.float32)}
+
+
+@pytest.fixture
+def fresh_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "cache"
+    monkeypatch.setenv("GLOWPY_CACHE_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def compiled_units(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The text of every unit LLVM compiles from now on."""
+    seen: list[str] = []
+    real = parallel.compile_unit
+
+    def spy(text, target, speed_level=3):
+        seen.append(text)
+        return real(text, target, speed_level)
+
+    monkeypatch.setattr(parallel, "compile_unit", spy)
+    return seen
+
+
+def units_of(graph: Graph) -> list[parallel.Unit]:
+    program = CpuBackend().build(graph, threads=1)
+    return parallel.split_units(str(program.module), program.kernel_defs, program.kernel_decls, "salt")[1]
+
+
+def test_identical_kernels_are_one_unit() -> None:
+    one, four = units_of(chain(1)), units_of(chain(4))
+    assert len(four) == len(one)  # four identical layers: the kernels of one
+    assert all(u.name.startswith("glowpy.k.") and u.key for u in four)
+
+
+def test_results_match_the_interpreter(fresh_dir: Path, compiled_units: list[str]) -> None:
+    g = chain(4)
+    want = InterpreterBackend().compile(g).run([X["x"]])[0]
+    for threads in (1, 2):
+        ex = CpuBackend().compile(g, threads=threads)
+        np.testing.assert_allclose(ex.run([X["x"]])[0], want, rtol=1e-4, atol=1e-4)
+    assert compiled_units  # LLVM ran, unit by unit
+
+
+def test_a_second_model_compiles_only_its_new_kernels(fresh_dir: Path, compiled_units: list[str]) -> None:
+    CpuBackend().compile(chain(2), threads=1)
+    first = len(compiled_units)
+    compiled_units.clear()
+    g = chain(3, extra=True)
+    ex = CpuBackend().compile(g, threads=1)
+    new = [t for t in compiled_units if "glowpy_run" not in t]
+    assert len(new) < len(units_of(g)) and len(new) <= first  # the convs came from the kernel cache
+    assert any("glowpy_run" in t for t in compiled_units)  # the entry is the model's own
+    np.testing.assert_allclose(ex.run([X["x"]])[0], InterpreterBackend().compile(g).run([X["x"]])[0], rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_pieces_equal_one_module_bit_for_bit(fresh_dir: Path) -> None:
+    """The kernels compiled apart give the same numbers as the whole program in one module."""
+    from glowpy.backends.cpu import load_object
+    from glowpy.backends.cpu.target import compile_object
+
+    data = conv_model()
+    graph = glowpy.optimize(glowpy.load(data), "cpu")
+    program = CpuBackend().build(graph, threads=1)
+    whole = cpu_executable(graph, program, load_object(compile_object(program.ir_text), host_target()))
+    split = glowpy.compile(data, threads=1, cache=False)
+    np.testing.assert_array_equal(whole.run([FEED["x"]])[0], split.run(FEED)["y"])
+
+
+def cpu_executable(graph: Graph, program: codegen.Program, engine):
+    from glowpy.backends.cpu import CpuExecutable
+
+    return CpuExecutable(graph, program, engine, cached=False)
+
+
+def test_bundles_round_trip_and_refuse_truncation() -> None:
+    blob = parallel.pack([b"abc", b"", b"de"])
+    assert parallel.unpack(blob) == [b"abc", b"", b"de"]
+    assert parallel.unpack(b"\x7fELF...") == [b"\x7fELF..."]
+    with pytest.raises(ValueError):
+        parallel.unpack(blob[:-1])

@@ -1,0 +1,195 @@
+"""The cpu backend's LSTM / GRU / RNN kernels (kernels/rnn.py) against the interpreter (glowpy/ir/ops/rnn.py,
+itself checked against onnx.reference and onnxruntime in tests/ops/test_rnn.py), on the host's vector
+width and on AVX2 (8 lanes), over directions, layouts, activations with alpha / beta, clip,
+input_forget, linear_before_reset, ragged sequence_lens, runtime and constant weights, batch sizes that
+leave a partial row block and hidden sizes that leave a partial vector."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from glowpy.backends.cpu import CpuBackend
+from glowpy.backends.cpu.target import isa_available
+from glowpy.backends.interpreter import InterpreterBackend
+from glowpy.ir.graph import Graph
+from glowpy.ir.types import TensorType
+
+from .util import assert_close
+
+F32 = np.float32
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+DEFAULTS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
+ISAS = ("host", "avx2")
+
+
+def add_recurrent(g: Graph, feeds: list[np.ndarray], op: str, *, steps: int, batch: int, size: int, hidden: int,
+                  direction: str = "forward", layout: int = 0, const_weights: bool = True,
+                  outputs: tuple[int, ...] | None = None, seed: int = 0, dtype=F32, **attrs) -> None:
+    """One recurrent node in g (several share one compile); X, sequence_lens and the initial states are
+    inputs (appended to feeds), the weights constants or inputs; its outputs join g's."""
+    r = np.random.default_rng(seed)
+    dirs = 2 if direction == "bidirectional" else 1
+    gh = GATES[op] * hidden
+    tag = f"n{len(g.outputs)}_"
+
+    def randn(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (scale * r.standard_normal(shape)).astype(dtype)
+
+    def operand(name: str, data: np.ndarray, const: bool):
+        if const:
+            return g.add_constant(tag + name, data)
+        feeds.append(data)
+        return g.add_input(tag + name, TensorType.of(data))
+
+    state = (batch, dirs, hidden) if layout else (dirs, batch, hidden)
+    x = operand("x", randn(*((batch, steps, size) if layout else (steps, batch, size))), False)
+    w = operand("w", randn(dirs, gh, size, scale=0.5), const_weights)
+    rr = operand("r", randn(dirs, gh, hidden, scale=0.5), const_weights)
+    b = operand("b", randn(dirs, 2 * gh, scale=0.5), const_weights)
+    lens = r.integers(0, steps + 1, batch).astype(np.int32)
+    lens[0] = steps  # one full-length entry, so the whole Y is exercised
+    seq = operand("seq", lens, False)
+    h0 = operand("h0", randn(*state), False)
+    ins = [x, w, rr, b, seq, h0]
+    if op == "LSTM":
+        ins += [operand("c0", randn(*state), False), operand("p", randn(dirs, 3 * hidden, scale=0.5), const_weights)]
+    node = g.add_node(op, ins, {"hidden_size": hidden, "direction": direction, "layout": layout, **attrs},
+                      name=tag + op)
+    g.outputs = g.outputs + [node.outputs[i] for i in (outputs if outputs is not None else range(len(node.outputs)))]
+
+
+def recurrent_graph(op: str, **kw) -> tuple[Graph, list[np.ndarray]]:
+    g, feeds = Graph(op.lower()), []
+    add_recurrent(g, feeds, op, **kw)
+    return g, feeds
+
+
+def check(g: Graph, feeds: list[np.ndarray], isa: str = "host", what: str = "", threads: int = 1) -> None:
+    if not isa_available(isa):
+        pytest.fail(f"this host cannot run {isa} code")  # every x86 host of this project has AVX2
+    got = CpuBackend().compile(g, threads=threads, isa=isa, cache=False).run(feeds)
+    want = InterpreterBackend().compile(g).run(feeds)
+    assert_close(got, want, what)
+
+
+def acts(op: str, dirs: int, names: tuple[str, ...] | None = None) -> tuple:
+    names = names or DEFAULTS[op]
+    params = {"Affine": (0.7, -0.2), "LeakyRelu": (0.1, None), "ThresholdedRelu": (0.3, None),
+              "ScaledTanh": (1.3, 0.6), "HardSigmoid": (0.3, 0.4), "Elu": (0.8, None)}
+    return tuple((n, *params.get(n, (None, None))) for n in names) * dirs
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_directions_layouts_ragged(op: str, isa: str) -> None:
+    """Every direction in both layouts; batch 5 (a partial row block), hidden 11 (a partial vector),
+    ragged lengths including 0."""
+    g, feeds = Graph(op.lower()), []
+    for seed, (direction, layout) in enumerate((d, lay) for d in ("forward", "reverse", "bidirectional")
+                                               for lay in (0, 1)):
+        add_recurrent(g, feeds, op, steps=6, batch=5, size=7, hidden=11, direction=direction, layout=layout,
+                      seed=seed)
+    check(g, feeds, isa, f"{op} on {isa}")
+
+
+def build(configs: list[tuple[str, dict]]) -> tuple[Graph, list[np.ndarray]]:
+    g, feeds = Graph("rnns"), []
+    for seed, (op, kw) in enumerate(configs):
+        add_recurrent(g, feeds, op, **{"seed": seed, **kw})
+    return g, feeds
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_hidden_blocks_and_groups(isa: str) -> None:
+    """Hidden sizes spanning several vector blocks (full groups, a remainder group, a partial vector),
+    batches of one to nine rows; two nodes of one configuration."""
+    configs = [(op, {"steps": 4, "batch": batch, "size": 5, "hidden": hidden, "direction": "bidirectional"})
+               for op, hidden, batch in (("LSTM", 40, 3), ("GRU", 56, 9), ("RNN", 72, 2), ("LSTM", 16, 1),
+                                         ("GRU", 8, 2), ("LSTM", 33, 7), ("LSTM", 40, 3))]
+    check(*build(configs), isa)  # the two LSTMs of hidden 40 share one kernel, each with its own weights
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_runtime_weights(isa: str) -> None:
+    """W, R, B (and P) fed at run time: R is packed into scratch once per run."""
+    configs = [(op, {"steps": 5, "batch": 3, "size": 4, "hidden": 19, "direction": "bidirectional", "layout": lay,
+                     "const_weights": False}) for op in ("LSTM", "GRU", "RNN") for lay in (0, 1)]
+    check(*build(configs), isa)
+
+
+ALL = ("Relu", "Tanh", "Sigmoid", "Affine", "LeakyRelu", "ThresholdedRelu", "ScaledTanh", "HardSigmoid", "Elu",
+       "Softsign", "Softplus")
+
+
+def test_every_activation_with_alpha_beta() -> None:
+    """Each ONNX recurrent activation in each gate role of each op, with non-default alpha / beta, and clip."""
+    configs = []
+    for op in ("LSTM", "GRU", "RNN"):
+        k = len(DEFAULTS[op])
+        for start in range(0, len(ALL), k):
+            names = tuple(ALL[(start + i) % len(ALL)] for i in range(k))
+            both = acts(op, 1, names) + acts(op, 1, tuple(reversed(names)))
+            configs.append((op, {"steps": 4, "batch": 2, "size": 3, "hidden": 9, "direction": "bidirectional",
+                                 "activations": both, "clip": 2.5}))
+    check(*build(configs), "host")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_lstm_input_forget_clip_and_gru_linear_before_reset(isa: str) -> None:
+    lstm = {"steps": 5, "batch": 4, "size": 6, "hidden": 13, "direction": "bidirectional"}
+    gru = {"steps": 5, "batch": 6, "size": 6, "hidden": 21}
+    configs = [("LSTM", {**lstm, **a}) for a in ({"input_forget": 1}, {"input_forget": 1, "clip": 0.7},
+                                                 {"clip": 0.3})]
+    configs += [("GRU", {**gru, "direction": d, "linear_before_reset": lbr, "clip": 1.5 if lbr else None})
+                for lbr in (0, 1) for d in ("forward", "bidirectional")]
+    check(*build(configs), isa)
+
+
+def test_optional_outputs() -> None:
+    """Outputs the model does not name still get memory; each subset and order of outputs is right."""
+    configs = [(op, {"steps": 3, "batch": 2, "size": 4, "hidden": 10, "direction": "reverse", "outputs": outs})
+               for op, outs in (("LSTM", (1,)), ("LSTM", (2, 0)), ("LSTM", (1, 2)), ("GRU", (1,)), ("RNN", (0,)))]
+    check(*build(configs), "host")
+
+
+def test_long_sequence_matches() -> None:
+    """The bench shape, shortened: error does not grow along 40 steps."""
+    g, feeds = recurrent_graph("LSTM", steps=40, batch=1, size=64, hidden=128, seed=7)
+    check(g, feeds, "host")
+    check(g, feeds, "avx2")
+
+
+def test_two_threads() -> None:
+    """An input wider than the hidden size: the projection GEMM runs on both threads, then the serial
+    recurrent step."""
+    g, feeds = recurrent_graph("GRU", steps=6, batch=3, size=96, hidden=40, direction="bidirectional", seed=8)
+    program = CpuBackend().build(g, threads=2)
+    assert [s.parallel for s in program.steps] == [True, False]
+    check(g, feeds, "host", threads=2)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_float16_float64_compute_in_float32(dtype) -> None:
+    """Operands converted to float32 around the kernel, outputs back; runtime and constant weights."""
+    g, feeds = Graph("rnns"), []
+    add_recurrent(g, feeds, "LSTM", steps=3, batch=2, size=4, hidden=9, direction="bidirectional", dtype=dtype)
+    add_recurrent(g, feeds, "GRU", steps=3, batch=2, size=4, hidden=9, const_weights=False, dtype=dtype, seed=1)
+    got = CpuBackend().compile(g, threads=1, cache=False).run(feeds)
+    want = InterpreterBackend().compile(g).run(feeds)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype == dtype
+        np.testing.assert_allclose(a, b, rtol=2e-3 if dtype == np.float16 else 1e-5, atol=2e-3 if dtype == np.float16 else 1e-6)
+
+
+def test_runtime_r_too_large_for_gather_indices() -> None:
+    """A runtime R is packed with 32-bit gathers: one of 2^31 elements or more is refused before codegen."""
+    from llvmlite import ir
+
+    from glowpy.backends.cpu.kernels.rnn import emit_rnn
+    from glowpy.errors import UnsupportedShape
+
+    with pytest.raises(UnsupportedShape, match="32-bit gather indices") as info:
+        emit_rnn(ir.Module(), "k", cell="LSTM", steps=1, batch=1, hidden=16384, directions=(False, True), layout=0,
+                 acts=(), clip=None, input_forget=0, linear_before_reset=0, r=None, vector_width=8)
+    assert "2147483648" in str(info.value)
