@@ -344,3 +344,19 @@ def test_cpu_skips_the_branch_not_taken_inside_the_native_call():
         for c in (True, False, True):
             want = ReferenceEvaluator(m).run(None, {"x": x, "c": np.array(c)})[0]
             np.testing.assert_allclose(compiled.run({"x": x, "c": np.array(c)})["y"], want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scan8_batches_and_directions(backend):
+    body = h.make_graph([h.make_node("Add", ["s_in", "xe"], ["s_out"]), h.make_node("Identity", ["s_out"], ["o"])],
+                        "body", [vi("s_in", F, [2]), vi("xe", F, [2])], [vi("s_out", F, [2]), vi("o", F, [2])])
+    node = h.make_node("Scan", ["", "s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1, directions=[1])
+    m = model([node], [vi("s0", F, [3, 2]), vi("x", F, [3, 4, 2])], [vi("s", F, [3, 2]), vi("ys", F, [3, 4, 2])],
+              opset=8)
+    feeds = {"s0": np.arange(6, dtype=np.float32).reshape(3, 2), "x": np.arange(24, dtype=np.float32).reshape(3, 4, 2)}
+    agree(m, feeds, backend, oracle=onnxruntime_outputs)  # the reference has no Scan-8 directions
+    node.input[0] = "lens"
+    m = model([node], [vi("lens", T.INT64, [3]), vi("s0", F, [3, 2]), vi("x", F, [3, 4, 2])],
+              [vi("s", F, [3, 2]), vi("ys", F, [3, 4, 2])], opset=8)
+    with pytest.raises(UnsupportedShape, match="sequence_lens must be known and equal to the full sequence length"):
+        glowpy.compile(m, backend=backend)

@@ -103,6 +103,21 @@ def check_attributes(node: NodeProto, fn: Function, opset: int, name: str) -> No
                                        found=f"a {AttributeProto.AttributeType.Name(a.type)}")
 
 
+def _rename_reads(g: onnx.GraphProto, rename: dict[str, str], local: set[str]) -> None:
+    """Point the names a subgraph reads from the enclosing function body at their instantiated names."""
+    local = local | {x.name for x in [*g.input, *g.initializer]} | {o for n in g.node for o in n.output}
+    for n in g.node:
+        for i, x in enumerate(n.input):
+            if x and x not in local and x in rename:
+                n.input[i] = rename[x]
+        for a in n.attribute:
+            if a.type == AttributeProto.GRAPH:
+                _rename_reads(a.g, rename, local)
+    for o in g.output:
+        if o.name not in local and o.name in rename:
+            o.name = rename[o.name]
+
+
 def instantiate(node: NodeProto, function: Function, model_opsets: dict[str, int], prefix: str,
                 taken: Callable[[str], bool]) -> Body:
     """The function's nodes with the node's names and attributes substituted (see the module docstring)."""
@@ -140,6 +155,8 @@ def instantiate(node: NodeProto, function: Function, model_opsets: dict[str, int
         for a in b.attribute:
             if not a.ref_attr_name:
                 out.attribute.append(a)
+                if a.type == AttributeProto.GRAPH:  # a body reads the function's values by their new names
+                    _rename_reads(out.attribute[-1].g, rename, set())
                 continue
             src = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
             if src is None:
