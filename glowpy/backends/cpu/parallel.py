@@ -10,13 +10,15 @@ once, and its object is stored under `k-<key>` (key: the unit, the target finger
 version and the CPU backend's source). The entry module (glowpy_run, the worker, the barrier) calls the
 renamed kernels and is compiled as one more unit. MCJIT links the objects when they are loaded.
 
-LLVM runs without the GIL (llvmlite's calls are ctypes calls) and each task has its own LLVM context
-and target machine, so threads compile in parallel. A bundle (all objects of one model) is what the
+Each task has its own LLVM context, module, pass builder and target machine, and runs the two long
+calls (the pass pipeline, code generation) outside llvmlite's global lock and the GIL (raw ctypes
+calls), so threads compile in parallel. A bundle (all objects of one model) is what the
 whole-model object cache stores.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import re
@@ -26,10 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 
 from glowpy.backends.cpu.cache import ObjectCache, source_digest
 from glowpy.backends.cpu.module_text import _GLOBAL_NAME, split_module_text
-from glowpy.backends.cpu.target import HostTarget, new_machine, optimize
+from glowpy.backends.cpu.target import HostTarget, new_machine, pass_pipeline
 
 BUNDLE_MAGIC = b"GLOWPY-BUNDLE-1\n"
 _DEFINE = re.compile(r"^define (?:(?:internal|private|linkonce_odr|weak_odr|external|dso_local) )*")
@@ -120,19 +123,45 @@ def split_units(entry_text: str, defs: dict[str, str], decls: dict[str, str], sa
     return Unit("", "\n\n".join(out) + "\n", ""), list(units.values())
 
 
+def _unlocked(name: str):
+    """A libllvmlite entry point without llvmlite's process-wide lock (which serializes every LLVM call,
+    so threads alone would compile one module at a time). Only for the long calls on objects a task
+    owns outright: its own context, module, pass builder and target machine."""
+    fn = getattr(ffi.lib, name)
+    return getattr(fn, "_cfn", fn)
+
+
+def _emit_object(machine: llvm.TargetMachine, module: llvm.ModuleRef) -> bytes:
+    """targets.TargetMachine.emit_object, the code generation itself outside the lock."""
+    with ffi.OutputString() as err:
+        buf = _unlocked("LLVMPY_TargetMachineEmitToMemory")(machine, module, 1, err)
+        if not buf:
+            raise RuntimeError(str(err))
+    try:
+        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buf), ffi.lib.LLVMPY_GetBufferSize(buf))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buf)
+
+
 def compile_unit(text: str, target: HostTarget, speed_level: int = 3) -> bytes:
-    """One module -> object code, in a context and target machine of its own (safe on any thread)."""
+    """One module -> object code, in a context, pass builder and target machine of its own: the
+    optimization pipeline and code generation run outside llvmlite's lock, in parallel with other units."""
     context = llvm.create_context()
     module = llvm.parse_assembly(text, context=context)
     module.triple = target.triple
     module.data_layout = target.data_layout
     module.verify()
     machine = new_machine(target)
-    optimize(module, target, speed_level, machine=machine)
-    return machine.emit_object(module)
+    builder, manager = pass_pipeline(target, speed_level, machine)
+    _unlocked("LLVMPY_RunNewModulePassManager")(manager, module, builder)
+    return _emit_object(machine, module)
 
 
 def workers() -> int:
+    """LLVM threads: $GLOWPY_COMPILE_THREADS (1: one unit at a time), else the machine's CPU count."""
+    env = os.environ.get("GLOWPY_COMPILE_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
     return max(1, os.cpu_count() or 1)
 
 

@@ -85,13 +85,20 @@ def optimize(module: llvm.ModuleRef, target: HostTarget | None = None, speed_lev
              machine: llvm.TargetMachine | None = None) -> None:
     """Run LLVM's new-pass-manager O3 pipeline (or `speed_level`), tuned for the host, over `module` in
     place; `machine` is the target machine to tune for (a thread's own; default the shared one)."""
+    builder, manager = pass_pipeline(target, speed_level, machine)
+    manager.run(module, builder)
+
+
+def pass_pipeline(target: HostTarget | None = None, speed_level: int = 3,
+                  machine: llvm.TargetMachine | None = None) -> tuple[llvm.PassBuilder, llvm.ModulePassManager]:
+    """The pass builder and module pass manager `optimize` runs (O3: loop and SLP vectorization, unrolling)."""
     target = target or host_target()
     options = llvm.create_pipeline_tuning_options(speed_level=speed_level)
     options.loop_vectorization = speed_level >= 2
     options.slp_vectorization = speed_level >= 2
     options.loop_unrolling = speed_level >= 2
     builder = llvm.create_pass_builder(machine or target.machine, options)
-    builder.getModulePassManager().run(module, builder)
+    return builder, builder.getModulePassManager()
 
 
 def parse(ir_text: str, target: HostTarget | None = None) -> llvm.ModuleRef:

@@ -116,3 +116,22 @@ def test_bundles_round_trip_and_refuse_truncation() -> None:
     assert parallel.unpack(b"\x7fELF...") == [b"\x7fELF..."]
     with pytest.raises(ValueError):
         parallel.unpack(blob[:-1])
+
+
+def test_compile_threads_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GLOWPY_COMPILE_THREADS", "1")
+    assert parallel.workers() == 1
+    monkeypatch.setenv("GLOWPY_COMPILE_THREADS", "junk")
+    assert parallel.workers() >= 1
+
+
+def test_threads_compiling_at_once_give_the_same_objects() -> None:
+    """Units compiled outside llvmlite's lock, four threads at a time, equal the serial compile."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    units = units_of(chain(2, extra=True))
+    target = host_target()
+    serial = [parallel.compile_unit(u.text, target) for u in units]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            assert list(pool.map(lambda u: parallel.compile_unit(u.text, target), units)) == serial
