@@ -91,8 +91,9 @@ _char, _addressof = ctypes.c_char, ctypes.addressof
 
 
 def _address(a: np.ndarray) -> int:
-    """Data address of an array (from_buffer is 3x faster than .ctypes.data, but needs a writable one)."""
-    if a.flags.writeable and a.size:
+    """Data address of an array (from_buffer is 3x faster than .ctypes.data, but needs a writable one
+    of a numpy built-in type: ml_dtypes' types cannot go through the buffer protocol)."""
+    if a.flags.writeable and a.size and a.dtype.isbuiltin == 1:
         return _addressof(_char.from_buffer(a))
     return a.ctypes.data
 
