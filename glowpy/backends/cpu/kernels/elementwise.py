@@ -73,6 +73,8 @@ def _cast(b: ir.IRBuilder, v: ir.Value, src: np.dtype, dst: np.dtype, attrs: dic
         return v
     if src in lowfloat.STORAGE_TYPES:
         v, src = lowfloat.decode(b, v, src), lowfloat.decoded_dtype(src)
+        if src.kind == "f" and (dst.kind in "iu" or dst in lowfloat.SUBBYTE_INT_TYPES):
+            return lowfloat.float_to_int(b, v, dst, lambda x: _cast(b, x, src, dst, attrs))
     if dst in lowfloat.STORAGE_TYPES:
         return lowfloat.encode(b, v, src, dst, **(attrs or {}))
     if src == BFLOAT16:  # computed as float32

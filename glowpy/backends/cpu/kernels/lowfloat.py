@@ -1,9 +1,9 @@
 """Conversions to and from the storage-only element types (float8 e4m3fn / e4m3fnuz / e5m2 / e5m2fnuz /
 e8m0, float4 e2m1, int4 / uint4 / int2 / uint2), bit-exact with ml_dtypes' astype and ONNX Cast.
 
-Each element is one byte (the sub-byte integers in the low bits, not sign-extended). Decoding reads a
-float type through a table of its float32 values (one entry per code) and sign-extends the integers.
-Encoding rounds a float32 to nearest even with integer arithmetic on its bits: a normal result by
+Each element is one byte (the sub-byte integers in the low bits, not sign-extended); the integers
+decode by sign extension.
+Decoding a float format builds the float32 bits from the fields; encoding rounds a float32 to nearest even with integer arithmetic on its bits: a normal result by
 rounding away the low mantissa bits and rebiasing the exponent, a subnormal one by scaling into the
 subnormal step (exact: a power of two) and rounding to an integer. The special codes (NaN, infinity,
 overflow) are read from ml_dtypes when the code is generated, so every format's quirks (e4m3fn has no
@@ -64,19 +64,62 @@ def decode(b: ir.IRBuilder, v: ir.Value, dtype: np.dtype) -> ir.Value:
             sh = _c8(8 - bits)
             return b.ashr(b.shl(v, sh), sh, name="sx")
         return b.and_(v, _c8((1 << bits) - 1))
+    return _decode_float(b, v, dt)
+
+
+def _layout(dt: np.dtype) -> tuple[int, int, int, int | None]:
+    """(exponent bits, mantissa bits, exponent bias, sign bit or None) of a storage float format."""
+    if dt == E8M0:
+        return 8, 0, 127, None
+    info = ml_dtypes.finfo(dt)
+    m = int(info.nmant)
+    bias = 1 - round(math.log2(float(info.smallest_normal)))
+    return _bits(dt) - 1 - m, m, bias, _bits(dt) - 1
+
+
+def _formula_bits(dt: np.dtype, code: int) -> int:
+    """float32 bits of `code` by the IEEE-like rule `_decode_float` emits (specials aside)."""
+    e_bits, m, bias, sbit = _layout(dt)
+    sign = (code >> sbit) & 1 if sbit is not None else 0
+    e, mant = (code >> m) & ((1 << e_bits) - 1), code & ((1 << m) - 1)
+    if e == 0:
+        val = np.float32(mant * 2.0 ** (1 - bias - m)) * np.float32(-1.0 if sign else 1.0)
+        return int(np.asarray(val, np.float32).view(np.uint32))
+    return (sign << 31) | ((e - bias + 127) << 23) | (mant << (23 - m))
+
+
+def _decode_float(b: ir.IRBuilder, v: ir.Value, dt: np.dtype) -> ir.Value:
+    """Fields to float32 bits (subnormals by scaling the mantissa); the codes whose ml_dtypes value the
+    rule misses (NaN, infinities, e8m0's 2**-127) are selected by value."""
+    e_bits, m, bias, sbit = _layout(dt)
     n = 1 << _bits(dt)
-    table = np.arange(n, dtype=np.uint8).view(dt).astype(np.float32).view(np.uint32)
-    name = f"glowpy.decode.{dt.name}"
-    g = b.module.globals.get(name)
-    if g is None:
-        arr = ir.ArrayType(U.I32, n)
-        g = ir.GlobalVariable(b.module, arr, name=name)
-        g.initializer = ir.Constant(arr, [_c32(int(x)) for x in table])
-        g.global_constant = True
-        g.linkage = "internal"
-    idx = b.zext(b.and_(v, _c8(n - 1)), U.I64)
-    p = b.gep(g, [U.i64(0), idx], inbounds=True)
-    return b.bitcast(b.load(p), U.F32, name="dec")
+    c = b.zext(b.and_(v, _c8(n - 1)), U.I32)
+    e = b.and_(b.lshr(c, _c32(m)), _c32((1 << e_bits) - 1))
+    mant = b.and_(c, _c32((1 << m) - 1))
+    sign = b.shl(b.lshr(c, _c32(sbit)), _c32(31)) if sbit is not None else _c32(0)
+    normal = b.or_(b.shl(b.add(e, _c32(127 - bias)), _c32(23)), b.shl(mant, _c32(23 - m)))
+    sub = b.bitcast(b.fmul(b.sitofp(mant, U.F32), ir.Constant(U.F32, 2.0 ** (1 - bias - m))), U.I32)
+    r = b.or_(b.select(b.icmp_unsigned("==", e, _c32(0)), sub, normal), sign)
+    want = np.arange(n, dtype=np.uint8).view(dt).astype(np.float32).view(np.uint32).tolist()
+    for code in range(n):
+        if _formula_bits(dt, code) != want[code]:
+            r = b.select(b.icmp_unsigned("==", c, _c32(code)), _c32(want[code]), r)
+    return b.bitcast(r, U.F32, name="dec")
+
+
+def float_to_int(b: ir.IRBuilder, x: ir.Value, dst: np.dtype, convert) -> ir.Value:
+    """A decoded storage float to an integer type as ml_dtypes: NaN gives 0, +inf the type's maximum
+    (int32's, wrapped, for the sub-byte types), -inf a signed type's minimum; `convert(x)` does the rest."""
+    r = convert(b.select(b.fcmp_unordered("uno", x, x), ir.Constant(U.F32, 0.0), x))
+    if dst in SUBBYTE_INT_TYPES:
+        hi, lo = (2 ** 31 - 1) & (int_range(dst)[1] - int_range(dst)[0]), None
+    else:
+        info = np.iinfo(dst)
+        hi, lo = int(info.max), int(info.min) if info.min < 0 else None
+    r = b.select(b.fcmp_ordered("==", x, ir.Constant(U.F32, math.inf)), ir.Constant(r.type, hi), r)
+    if lo is not None:
+        r = b.select(b.fcmp_ordered("==", x, ir.Constant(U.F32, -math.inf)), ir.Constant(r.type, lo), r)
+    return r
 
 
 def encode(b: ir.IRBuilder, v: ir.Value, src: np.dtype, dtype: np.dtype, *, saturate: bool = True,
@@ -117,9 +160,7 @@ def _encode_int(b: ir.IRBuilder, v: ir.Value, src: np.dtype, dt: np.dtype) -> ir
 
 def _encode_float(b: ir.IRBuilder, x: ir.Value, dt: np.dtype, *, saturate: bool) -> ir.Value:
     info = ml_dtypes.finfo(dt)
-    m = int(info.nmant)
-    bias = 1 - round(math.log2(float(info.smallest_normal)))
-    sbit = _bits(dt) - 1
+    _, m, bias, sbit = _layout(dt)
     max_code = _codes(dt, [float(info.max)])[0]
     nan_pos, nan_neg, inf_pos, inf_neg = _codes(dt, [np.nan, -np.nan, np.inf, -np.inf])
     if saturate:
@@ -179,4 +220,4 @@ def _encode_e8m0(b: ir.IRBuilder, x: ir.Value, saturate: bool, round_mode: str) 
     return b.select(special, _c8(0xFF), b.trunc(e, U.I8), name="enc")
 
 
-__all__ = ["SATURATING", "STORAGE_TYPES", "decode", "decoded_dtype", "encode"]
+__all__ = ["SATURATING", "STORAGE_TYPES", "SUBBYTE_INT_TYPES", "decode", "decoded_dtype", "encode", "float_to_int"]
