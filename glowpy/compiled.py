@@ -22,7 +22,7 @@ from glowpy.errors import (
     UnsupportedShape,
 )
 from glowpy.ir.graph import Graph
-from glowpy.ir.types import ALL_TYPES
+from glowpy.ir.types import ANY_TYPES
 
 
 def check_feed(name: str, array: Any, expected_dtype: np.dtype, expected_shape: tuple[int, ...]) -> np.ndarray:
@@ -32,7 +32,7 @@ def check_feed(name: str, array: Any, expected_dtype: np.dtype, expected_shape: 
             array = np.asarray(array)
         except (TypeError, ValueError):
             raise InvalidDatatype(f"input '{name}' is not array-like", found=type(array).__name__) from None
-    if array.dtype not in ALL_TYPES:
+    if array.dtype not in ANY_TYPES:
         raise InvalidDatatype(f"input '{name}' has an element type glowpy does not know",
                               expected=str(expected_dtype), found=str(array.dtype))
     if array.dtype != expected_dtype:

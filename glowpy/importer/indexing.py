@@ -17,10 +17,19 @@ import numpy as np
 
 from glowpy.errors import InvalidModel, MismatchingShape, UnsupportedDatatype, UnsupportedShape
 from glowpy.importer.context import NodeContext
-from glowpy.importer.table import BOOL_INT, IGNORED, INT, INTS, POSITIVE, Rule, one_of, onnx_op
+from glowpy.importer.ops import cast_attrs
+from glowpy.importer.table import BOOL_INT, INT, INTS, POSITIVE, Rule, one_of, onnx_op
 from glowpy.ir.graph import Value
+from glowpy.ir.ops.elementwise import CAST_ROUND_MODES
 from glowpy.ir.ops.indexing import REDUCTIONS
-from glowpy.ir.types import ALL_TYPES, NUMERIC_TYPES, dtype_from_onnx, is_supported_onnx_dtype, onnx_type_name
+from glowpy.ir.types import (
+    ALL_TYPES,
+    ANY_TYPES,
+    NUMERIC_TYPES,
+    dtype_from_onnx,
+    is_supported_onnx_dtype,
+    onnx_type_name,
+)
 
 STRING = Rule(lambda v: isinstance(v, str), "a string")
 
@@ -134,9 +143,10 @@ def eye_like(ctx: NodeContext) -> list[Value]:
     return [ctx.output_constant(0, np.eye(*x.shape, k=ctx.attr("k", 0), dtype=dt))]
 
 
-@onnx_op("CastLike", attrs={"saturate": IGNORED, "round_mode": one_of("up")}, dtypes=ALL_TYPES, since=15)
+@onnx_op("CastLike", attrs={"saturate": BOOL_INT, "round_mode": one_of(*CAST_ROUND_MODES)}, dtypes=ANY_TYPES,
+         since=15)
 def cast_like(ctx: NodeContext) -> list[Value]:
-    return ctx.emit("Cast", [ctx.input(0)], {"to": ctx.input(1).dtype})
+    return ctx.emit("Cast", [ctx.input(0)], cast_attrs(ctx, ctx.input(1).dtype))
 
 
 # --- rewrites onto movement ops --------------------------------------------------------------------

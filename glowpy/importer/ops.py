@@ -35,7 +35,15 @@ from glowpy.importer.table import (
     onnx_op,
 )
 from glowpy.ir.graph import Value
-from glowpy.ir.types import ALL_TYPES, NUMERIC_TYPES, dtype_from_onnx, is_supported_onnx_dtype, onnx_type_name
+from glowpy.ir.ops.elementwise import CAST_ROUND_MODES
+from glowpy.ir.types import (
+    ALL_TYPES,
+    ANY_TYPES,
+    NUMERIC_TYPES,
+    dtype_from_onnx,
+    is_supported_onnx_dtype,
+    onnx_type_name,
+)
 from glowpy.limits import check_tensor
 
 # --- elementwise ---------------------------------------------------------------------------------
@@ -92,9 +100,14 @@ def _cast_target(ctx: NodeContext, to: int) -> np.dtype:
     return dtype_from_onnx(to)
 
 
-@onnx_op("Cast", attrs={"to": INT, "saturate": IGNORED, "round_mode": one_of("up")})
+def cast_attrs(ctx: NodeContext, to: np.dtype) -> dict:
+    """The IR Cast's attributes for Cast / CastLike (`saturate` from opset 19, `round_mode` from 24)."""
+    return {"to": to, "saturate": bool(ctx.attr("saturate", 1)), "round_mode": ctx.attr("round_mode", "up")}
+
+
+@onnx_op("Cast", attrs={"to": INT, "saturate": BOOL_INT, "round_mode": one_of(*CAST_ROUND_MODES)})
 def cast(ctx: NodeContext) -> list[Value]:
-    return ctx.emit("Cast", [ctx.input(0)], {"to": _cast_target(ctx, ctx.attr("to"))})
+    return ctx.emit("Cast", [ctx.input(0)], cast_attrs(ctx, _cast_target(ctx, ctx.attr("to"))))
 
 
 @onnx_op("Pow")
@@ -139,7 +152,7 @@ _variadic("Min", "Min")
     "Constant",
     attrs={"value": TENSOR, "value_float": FLOAT, "value_floats": Rule(lambda v: isinstance(v, list), "floats"),
            "value_int": INT, "value_ints": INTS},
-    dtypes=ALL_TYPES,
+    dtypes=ANY_TYPES,
 )
 def constant(ctx: NodeContext) -> list[Value]:
     if len(ctx.attrs) != 1:
@@ -409,7 +422,7 @@ def reshape(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Reshape", [x], {"shape": shape})
 
 
-@onnx_op("Flatten", attrs={"axis": INT}, dtypes=ALL_TYPES)
+@onnx_op("Flatten", attrs={"axis": INT}, dtypes=ANY_TYPES)
 def flatten(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     r = x.type.rank
@@ -429,7 +442,7 @@ def _axes_operand(ctx: NodeContext, since_input: int) -> tuple[int, ...] | None:
     return None if axes is None else tuple(axes)
 
 
-@onnx_op("Squeeze", attrs={"axes": INTS}, dtypes=ALL_TYPES, const_inputs=(1,))
+@onnx_op("Squeeze", attrs={"axes": INTS}, dtypes=ANY_TYPES, const_inputs=(1,))
 def squeeze(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     axes = _axes_operand(ctx, 13)
@@ -445,7 +458,7 @@ def squeeze(ctx: NodeContext) -> list[Value]:
     return ctx.emit("Reshape", [x], {"shape": tuple(d for i, d in enumerate(x.shape) if i not in drop)})
 
 
-@onnx_op("Unsqueeze", attrs={"axes": INTS}, dtypes=ALL_TYPES, const_inputs=(1,))
+@onnx_op("Unsqueeze", attrs={"axes": INTS}, dtypes=ANY_TYPES, const_inputs=(1,))
 def unsqueeze(ctx: NodeContext) -> list[Value]:
     x = ctx.input(0)
     axes = _axes_operand(ctx, 13)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+import ml_dtypes
 import numpy as np
 from onnx import TensorProto
 
@@ -25,13 +26,50 @@ _DTYPES: dict[int, tuple[str, np.dtype]] = {
     TensorProto.INT64: ("i64", np.dtype(np.int64)),
     TensorProto.UINT64: ("u64", np.dtype(np.uint64)),
     TensorProto.BOOL: ("bool", np.dtype(np.bool_)),
+    # bfloat16 is a full element type, computed in float32 (numpy arrays through ml_dtypes).
+    TensorProto.BFLOAT16: ("bf16", np.dtype(ml_dtypes.bfloat16)),
 }
+# Storage-only types (STORAGE_TYPES): converted (Cast, CastLike, QuantizeLinear / DequantizeLinear) and moved
+# (Reshape, Transpose, Concat, Gather, ...), never computed on. Every one holds one element per byte
+# (ml_dtypes' layout: a sub-byte integer in the low bits, not sign-extended); ONNX's packed initializers
+# are unpacked at import (numpy_helper.to_array).
+_STORAGE_DTYPES: dict[int, tuple[str, np.dtype]] = {
+    TensorProto.FLOAT8E4M3FN: ("f8e4m3fn", np.dtype(ml_dtypes.float8_e4m3fn)),
+    TensorProto.FLOAT8E4M3FNUZ: ("f8e4m3fnuz", np.dtype(ml_dtypes.float8_e4m3fnuz)),
+    TensorProto.FLOAT8E5M2: ("f8e5m2", np.dtype(ml_dtypes.float8_e5m2)),
+    TensorProto.FLOAT8E5M2FNUZ: ("f8e5m2fnuz", np.dtype(ml_dtypes.float8_e5m2fnuz)),
+    TensorProto.FLOAT8E8M0: ("f8e8m0", np.dtype(ml_dtypes.float8_e8m0fnu)),
+    TensorProto.FLOAT4E2M1: ("f4e2m1", np.dtype(ml_dtypes.float4_e2m1fn)),
+    TensorProto.INT4: ("i4", np.dtype(ml_dtypes.int4)),
+    TensorProto.UINT4: ("u4", np.dtype(ml_dtypes.uint4)),
+    TensorProto.INT2: ("i2", np.dtype(ml_dtypes.int2)),
+    TensorProto.UINT2: ("u2", np.dtype(ml_dtypes.uint2)),
+}
+_DTYPES.update(_STORAGE_DTYPES)
 _BY_NUMPY = {dt: code for code, (_, dt) in _DTYPES.items()}
 
-FLOAT_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)})
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+FLOAT_TYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BFLOAT16})
 INT_TYPES = frozenset(dt for _, dt in _DTYPES.values() if dt.kind in "iu")
 NUMERIC_TYPES = FLOAT_TYPES | INT_TYPES
-ALL_TYPES = frozenset(dt for _, dt in _DTYPES.values())
+STORAGE_TYPES = frozenset(dt for _, dt in _STORAGE_DTYPES.values())
+# The types ops compute on; ANY_TYPES adds the storage types (movement ops, Cast, graph inputs / outputs).
+ALL_TYPES = frozenset(dt for _, dt in _DTYPES.values()) - STORAGE_TYPES
+ANY_TYPES = ALL_TYPES | STORAGE_TYPES
+LOWFLOAT_TYPES = frozenset(STORAGE_TYPES - {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2,
+                                                                 ml_dtypes.uint2)})
+SUBBYTE_INT_TYPES = STORAGE_TYPES - LOWFLOAT_TYPES
+
+
+def is_float_dtype(dtype: np.dtype) -> bool:
+    """A float type ops compute on (float16/32/64, bfloat16); ml_dtypes' kinds are not reliable."""
+    return np.dtype(dtype) in FLOAT_TYPES
+
+
+def int_range(dtype: np.dtype) -> tuple[int, int]:
+    """(min, max) of an integer type, the sub-byte ones included."""
+    info = ml_dtypes.iinfo(np.dtype(dtype))
+    return int(info.min), int(info.max)
 
 
 def onnx_type_name(elem_type: int) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 from glowpy.ir import activations
 from glowpy.ir.graph import Graph, Node, Value
 from glowpy.ir.ops.nn import batchnorm_scale_shift
+from glowpy.ir.types import BFLOAT16
 from glowpy.optimizer.rewrite import add_weight, const_data, replace_node, root_name, transposed
 
 if TYPE_CHECKING:
@@ -163,20 +164,41 @@ def lower_gemm(b: Builder, node: Node) -> list[Value]:
     return [emit_activation(b, y, at["activation"], at["activation_params"])]
 
 
+def touches_bfloat16(node: Node) -> bool:
+    return any(v.dtype == BFLOAT16 for v in (*node.inputs, *node.outputs))
+
+
+def compute_in_float32(b: Builder, node: Node) -> list[Value]:
+    """A node on bfloat16 values as the same node on float32 ones between Casts (the interpreter's
+    bfloat16 semantics: OpDef.bfloat16_in_float32)."""
+    f32 = np.dtype(np.float32)
+    ins = [b("Cast", v, to=f32) if v.dtype == BFLOAT16 else v for v in node.inputs]
+    wide = b.graph.add_node(node.op, ins, dict(node.attrs), name=f"{root_name(node.name)}.f32", before=node)
+    return [b("Cast", w, to=BFLOAT16) if old.dtype == BFLOAT16 and w.dtype == f32 else w
+            for w, old in zip(wide.outputs, node.outputs)]
+
+
 def lower_nodes(graph: Graph, backend: Backend | None = None) -> bool:
     """Replace each node the backend asks to lower (`backend.should_lower(node)`) and that has a
-    lowering here (LayerNormalization, Softmax, LogSoftmax, Gelu, LRN, BatchNormalization, Gemm)
-    with simpler ops. Without a backend nothing is lowered."""
+    lowering here (LayerNormalization, Softmax, LogSoftmax, Gelu, LRN, BatchNormalization, Gemm;
+    any op but Cast on bfloat16 values: `compute_in_float32`) with simpler ops. Without a backend
+    nothing is lowered."""
     if backend is None:
         return False
     changed = False
-    for node in list(graph.nodes):
-        fn = LOWERINGS.get(node.op)
+    work = list(graph.nodes)
+    while work:
+        node = work.pop(0)
+        widen = node.op != "Cast" and touches_bfloat16(node)
+        fn = compute_in_float32 if widen else LOWERINGS.get(node.op)
         if fn is None or not backend.should_lower(node):
             continue
+        before = set(map(id, graph.nodes))
         values = fn(Builder(graph, node), node)
         if values is None:
             continue
         replace_node(graph, node, values, adopt_names=True)
+        if widen:  # the float32 node may have a lowering of its own
+            work[:0] = [n for n in graph.nodes if id(n) not in before and n.op != "Cast"]
         changed = True
     return changed

@@ -64,6 +64,7 @@ from glowpy.errors import (
 from glowpy.ir.graph import Graph, Node
 from glowpy.ir.ops import OPS
 from glowpy.ir.ops.control import CONTROL_OPS, unroll_refusal
+from glowpy.ir.types import BFLOAT16
 
 OPTIONS = ("threads", "cache", "fast_kernels", "profile", "release_weights", "isa")
 MAX_THREADS = 256
@@ -73,6 +74,9 @@ _ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_
 
 # Every op with a kernel: the selection table, the elementwise groups' ops, the aliases.
 SUPPORTED_OPS = frozenset(op for op in (*KERNELS, *ELEMENTWISE_OPS, *ALIAS_OPS) if op in OPS)
+# Ops whose kernels take any element type as stored (Cast converts; the others move elements).
+BFLOAT16_NATIVE_OPS = frozenset({"Cast", "Identity", "Reshape", "Transpose", "Concat", "Split", "Slice", "Gather",
+                                 "Expand"}) & SUPPORTED_OPS
 
 
 def resolve_threads(threads: Any = None) -> int:
@@ -99,8 +103,9 @@ _char, _addressof = ctypes.c_char, ctypes.addressof
 
 
 def _address(a: np.ndarray) -> int:
-    """Data address of an array (from_buffer is 3x faster than .ctypes.data, but needs a writable one)."""
-    if a.flags.writeable and a.size:
+    """Data address of an array (from_buffer is 3x faster than .ctypes.data, but needs a writable one
+    of a numpy built-in type: ml_dtypes' types cannot go through the buffer protocol)."""
+    if a.flags.writeable and a.size and a.dtype.isbuiltin == 1:
         return _addressof(_char.from_buffer(a))
     return a.ctypes.data
 
@@ -303,9 +308,15 @@ class CpuBackend(Backend):
         return np.dtype(dtype) != np.float16 or self.target.has("f16c") or not self.target.triple.startswith("x86")
 
     def is_op_supported(self, node: Node) -> bool:
-        if node.op not in SUPPORTED_OPS:
+        if node.op not in SUPPORTED_OPS or self._widens_bfloat16(node):
             return False
         return all(self._dtype_ok(v.dtype) for v in (*node.inputs, *node.outputs))
+
+    @staticmethod
+    def _widens_bfloat16(node: Node) -> bool:
+        """bfloat16 values are stored as such; only Cast and the movement kernels read them as stored,
+        every other op runs on float32 between Casts (optimizer: compute_in_float32)."""
+        return node.op not in BFLOAT16_NATIVE_OPS and any(v.dtype == BFLOAT16 for v in (*node.inputs, *node.outputs))
 
     def supports_fused_activation(self, node: Node, activation: str) -> bool:
         """Float Conv / Gemm / MatMul / FullyConnected kernels apply any activation with an emitter."""
@@ -321,6 +332,8 @@ class CpuBackend(Backend):
         straight-line code (both branches and a select; loops unrolled) when `unroll_refusal` allows."""
         if node.op in CONTROL_OPS:
             return unroll_refusal(node) is None
+        if self._widens_bfloat16(node):
+            return True
         return node.op == "BatchNormalization" and node.inputs[0].type.rank >= 2
 
     def check_node(self, node: Node) -> None:

@@ -2,7 +2,11 @@
 thread partitioning, and the scalar math the elementwise ops and epilogues are made of.
 
 Conventions: indices are i64; float16 values are computed in float32 (rounded back to half after
-every op, as numpy does); bools are stored as one byte (0/1) and computed as i1.
+every op, as numpy does); bfloat16 is stored as i16 (the top half of a float32: widened by a shift,
+narrowed round-to-nearest-even with NaN kept quiet and signed, as ml_dtypes) and computed in float32;
+bools are stored as one byte (0/1) and computed as i1. The storage-only types (float8, float4, int4,
+int2: one element per byte) are computed as their raw i8 bits: only Cast interprets them
+(kernels/lowfloat.py), movement kernels copy them.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import numpy as np
 from llvmlite import ir
 
 from glowpy.errors import InternalError, UnsupportedDatatype
+from glowpy.ir.types import BFLOAT16, FLOAT_TYPES, STORAGE_TYPES
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
+I16 = ir.IntType(16)
 I64 = ir.IntType(64)
 F16 = ir.HalfType()
 F32 = ir.FloatType()
@@ -32,11 +38,16 @@ _STORAGE = {
     "i1": I8, "i2": ir.IntType(16), "i4": I32, "i8": I64,
     "u1": I8, "u2": ir.IntType(16), "u4": I32, "u8": I64,
     "b1": I8,
+    "bf16": I16, "raw1": I8,
 }
 
 
 def _key(dtype: np.dtype) -> str:
     dt = np.dtype(dtype)
+    if dt == BFLOAT16:
+        return "bf16"
+    if dt in STORAGE_TYPES:
+        return "raw1"
     return f"{dt.kind}{dt.itemsize}"
 
 
@@ -57,7 +68,7 @@ def compute_type(dtype: np.dtype) -> ir.Type:
     dt = np.dtype(dtype)
     if dt.kind == "b":
         return I1
-    if dt == np.float16:
+    if dt == np.float16 or dt == BFLOAT16:
         return F32
     return storage_type(dt)
 
@@ -67,7 +78,7 @@ def ptr_type(dtype: np.dtype) -> ir.PointerType:
 
 
 def is_float(dtype: np.dtype) -> bool:
-    return np.dtype(dtype).kind == "f"
+    return np.dtype(dtype) in FLOAT_TYPES
 
 
 def is_signed(dtype: np.dtype) -> bool:
@@ -88,7 +99,7 @@ def const(dtype: np.dtype, value: float | int | bool) -> ir.Constant:
     t = compute_type(dt)
     if dt.kind == "b":
         return ir.Constant(I1, int(bool(value)))
-    if dt.kind == "f":
+    if dt in FLOAT_TYPES:
         v = float(np.asarray(value).astype(dt))  # round to the storage precision first
         return ir.Constant(t, v)
     v = int(np.asarray(value).astype(dt))
@@ -124,6 +135,8 @@ def widen(b: ir.IRBuilder, v: ir.Value, dtype: np.dtype) -> ir.Value:
     dt = np.dtype(dtype)
     if dt == np.float16:
         return b.fpext(v, F32)
+    if dt == BFLOAT16:
+        return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32)
     if dt.kind == "b":
         return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
     return v
@@ -133,15 +146,31 @@ def narrow(b: ir.IRBuilder, v: ir.Value, dtype: np.dtype) -> ir.Value:
     dt = np.dtype(dtype)
     if dt == np.float16:
         return b.fptrunc(v, F16)
+    if dt == BFLOAT16:
+        return to_bfloat16(b, v)
     if dt.kind == "b":
         return b.zext(v, I8)
     return v
 
 
+def to_bfloat16(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """float32 -> bfloat16 bits (i16): round to nearest even; NaN becomes the quiet NaN of its sign."""
+    bits = b.bitcast(v, I32)
+    lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+    rounded = b.lshr(b.add(b.add(bits, ir.Constant(I32, 0x7FFF)), lsb), ir.Constant(I32, 16))
+    nan = b.or_(b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x8000)), ir.Constant(I32, 0x7FC0))
+    is_nan = b.fcmp_unordered("uno", v, v)
+    return b.trunc(b.select(is_nan, nan, rounded), I16, name="bf16")
+
+
 def round_half(b: ir.IRBuilder, v: ir.Value, dtype: np.dtype) -> ir.Value:
-    """numpy rounds every float16 op result to half; values stay float32 in registers."""
-    if np.dtype(dtype) == np.float16:
+    """numpy rounds every float16 (ml_dtypes every bfloat16) op result to its type; values stay
+    float32 in registers."""
+    dt = np.dtype(dtype)
+    if dt == np.float16:
         return b.fpext(b.fptrunc(v, F16), F32)
+    if dt == BFLOAT16:
+        return widen(b, to_bfloat16(b, v), dt)
     return v
 
 

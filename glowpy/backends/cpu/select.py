@@ -15,7 +15,17 @@ from llvmlite import ir
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.fusion import post_elementwise
 from glowpy.backends.cpu.kernels import elementwise as EW
-from glowpy.backends.cpu.kernels import grid_sample, indexing, linalg, movement, norm, pool, reduce, resize, rnn
+from glowpy.backends.cpu.kernels import (
+    grid_sample,
+    indexing,
+    linalg,
+    movement,
+    norm,
+    pool,
+    reduce,
+    resize,
+    rnn,
+)
 from glowpy.backends.cpu.kernels.conv import emit_conv2d
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
 from glowpy.backends.cpu.module_text import ident

@@ -6,12 +6,22 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
+from onnx import numpy_helper
 
 import glowpy.ir.activations  # noqa: F401  (declares the activation ops)
 from glowpy.errors import MismatchingDatatype, MismatchingShape, UnsupportedAttribute
 from glowpy.ir.ops.registry import FROM_ONNX, REQUIRED, op
-from glowpy.ir.types import ALL_TYPES, FLOAT_TYPES, INT_TYPES, NUMERIC_TYPES, TensorType
+from glowpy.ir.types import (
+    ALL_TYPES,
+    ANY_TYPES,
+    FLOAT_TYPES,
+    INT_TYPES,
+    LOWFLOAT_TYPES,
+    NUMERIC_TYPES,
+    TensorType,
+)
 
 BOOL_TYPES = frozenset({np.dtype(np.bool_)})
 
@@ -87,7 +97,7 @@ _unary("Abs", lambda a, x: np.abs(x), NUMERIC_TYPES)
 _unary("Reciprocal", lambda a, x: (1.0 / x).astype(x.dtype))
 _unary("Softplus", lambda a, x: np.logaddexp(0, x).astype(x.dtype))
 _unary("Gelu", lambda a, x: _gelu(x, a["approximate"]), attrs={"approximate": "none"})
-_unary("Identity", lambda a, x: x, ALL_TYPES)
+_unary("Identity", lambda a, x: x, ANY_TYPES)
 for _name, _fn in (("Sin", np.sin), ("Cos", np.cos), ("Tan", np.tan), ("Asin", np.arcsin), ("Acos", np.arccos),
                    ("Atan", np.arctan), ("Sinh", np.sinh), ("Cosh", np.cosh), ("Asinh", np.arcsinh),
                    ("Acosh", np.arccosh), ("Atanh", np.arctanh), ("Floor", np.floor), ("Ceil", np.ceil),
@@ -103,14 +113,35 @@ _unary("IsInf", _isinf, attrs={"detect_negative": FROM_ONNX, "detect_positive": 
 _unary("Dropout", lambda a, x: x, FLOAT_TYPES)
 
 
+E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
+CAST_ROUND_MODES = ("up", "down", "nearest")
+
+
+def _check_cast(attrs: dict) -> None:
+    if attrs["round_mode"] not in CAST_ROUND_MODES:
+        raise UnsupportedAttribute("'round_mode' must be up, down or nearest", op="Cast",
+                                   expected=list(CAST_ROUND_MODES), found=attrs["round_mode"])
+
+
 def _cast_infer(attrs: dict, x: TensorType) -> TensorType:
+    _check_cast(attrs)
     return TensorType(attrs["to"], x.shape)
 
 
-@op("Cast", infer=_cast_infer, attrs={"to": REQUIRED}, elementwise=True)
+@op("Cast", infer=_cast_infer, attrs={"to": REQUIRED, "saturate": True, "round_mode": "up"}, elementwise=True,
+    dtypes=ANY_TYPES, bfloat16_in_float32=False)
 def cast(attrs: dict, x: np.ndarray) -> np.ndarray:
-    """Convert to the element type `to` (a numpy dtype)."""
-    return x.astype(attrs["to"])
+    """Convert to the element type `to` (a numpy dtype) as ml_dtypes' astype does (float64 and
+    integers reach the 8- and 4-bit floats through float32), except: with `saturate` a float8
+    target clips to its finite range (NaN stays NaN); float8e8m0 keeps the exponent, rounded by
+    `round_mode` (onnx.numpy_helper.to_float8e8m0)."""
+    to = np.dtype(attrs["to"])
+    if to == E8M0:
+        return numpy_helper.to_float8e8m0(x, bool(attrs["saturate"]), attrs["round_mode"])
+    if to in LOWFLOAT_TYPES and attrs["saturate"] and to != np.dtype(ml_dtypes.float4_e2m1fn):
+        info = ml_dtypes.finfo(to)
+        return np.clip(x, info.min, info.max).astype(to)
+    return x.astype(to)
 
 
 def _binary(name: str, fn, *, result_bool: bool = False, dtypes=NUMERIC_TYPES, attrs=None, onnx: str | None = None,

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from glowpy.errors import InternalError, UnsupportedAttribute, UnsupportedDatatype
-from glowpy.ir.types import ALL_TYPES, TensorType
+from glowpy.ir.types import ALL_TYPES, BFLOAT16, TensorType
 from glowpy.limits import check_bytes
 
 REQUIRED = object()  # sentinel default: the attribute must be given
@@ -82,6 +82,9 @@ class OpDef:
     num_outputs: int | Callable[[dict[str, Any]], int] = 1
     dtypes: frozenset = ALL_TYPES
     elementwise: bool = False
+    # bfloat16 operands are computed in float32 and float32 results rounded back (ml_dtypes computes
+    # many numpy functions so, but not all); off for ops that read the element type itself (Cast).
+    bfloat16_in_float32: bool = True
     # The ONNX op (default domain) this IR op mirrors one to one: same operands, same attributes with
     # the same meaning. The importer then needs no row of its own for it.
     onnx: str | None = None
@@ -133,10 +136,14 @@ class OpDef:
         return types
 
     def run(self, attrs: dict[str, Any], arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        widen = self.bfloat16_in_float32 and any(a.dtype == BFLOAT16 for a in arrays)
+        if widen:
+            arrays = [a.astype(np.float32) if a.dtype == BFLOAT16 else a for a in arrays]
         result = self.compute(attrs, *arrays)
-        if isinstance(result, (list, tuple)):
-            return [np.asarray(r) for r in result]
-        return [np.asarray(result)]  # numpy reductions of 0-d arrays give scalars
+        results = [np.asarray(r) for r in result] if isinstance(result, (list, tuple)) else [np.asarray(result)]
+        if widen:
+            results = [r.astype(BFLOAT16) if r.dtype == np.float32 else r for r in results]
+        return results  # np.asarray: numpy reductions of 0-d arrays give scalars
 
 
 OPS: dict[str, OpDef] = {}

@@ -13,7 +13,7 @@ import numpy as np
 from glowpy.errors import MismatchingDatatype, MismatchingShape, UnsupportedAttribute, UnsupportedDatatype
 from glowpy.ir.ops.elementwise import broadcast_shapes
 from glowpy.ir.ops.registry import FROM_ONNX, REQUIRED, op
-from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES, TensorType
+from glowpy.ir.types import ANY_TYPES, FLOAT_TYPES, NUMERIC_TYPES, TensorType
 
 
 def _axis(name: str, axis: int, rank: int) -> int:
@@ -30,7 +30,7 @@ def _reshape_infer(attrs: dict, x: TensorType) -> TensorType:
     return TensorType(x.dtype, shape)
 
 
-@op("Reshape", infer=_reshape_infer, attrs={"shape": REQUIRED})
+@op("Reshape", dtypes=ANY_TYPES, infer=_reshape_infer, attrs={"shape": REQUIRED})
 def reshape(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Same elements, static target shape (no -1 or 0: the importer resolved them)."""
     return x.reshape(attrs["shape"])
@@ -44,7 +44,7 @@ def _transpose_infer(attrs: dict, x: TensorType) -> TensorType:
     return TensorType(x.dtype, tuple(x.shape[p] for p in perm))
 
 
-@op("Transpose", infer=_transpose_infer, attrs={"perm": REQUIRED})
+@op("Transpose", dtypes=ANY_TYPES, infer=_transpose_infer, attrs={"perm": REQUIRED})
 def transpose(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Permute dims by `perm`."""
     return np.ascontiguousarray(np.transpose(x, attrs["perm"]))
@@ -64,7 +64,7 @@ def _concat_infer(attrs: dict, *xs: TensorType) -> TensorType:
     return TensorType(xs[0].dtype, tuple(shape))
 
 
-@op("Concat", infer=_concat_infer, inputs=(1, None), attrs={"axis": REQUIRED})
+@op("Concat", dtypes=ANY_TYPES, infer=_concat_infer, inputs=(1, None), attrs={"axis": REQUIRED})
 def concat(attrs: dict, *xs: np.ndarray) -> np.ndarray:
     """Join along `axis`."""
     return np.concatenate(xs, axis=attrs["axis"])
@@ -78,7 +78,7 @@ def _split_infer(attrs: dict, x: TensorType) -> list[TensorType]:
     return [TensorType(x.dtype, x.shape[:axis] + (s,) + x.shape[axis + 1:]) for s in attrs["split"]]
 
 
-@op("Split", infer=_split_infer, attrs={"axis": FROM_ONNX, "split": REQUIRED}, num_outputs=lambda a: len(a["split"]))
+@op("Split", dtypes=ANY_TYPES, infer=_split_infer, attrs={"axis": FROM_ONNX, "split": REQUIRED}, num_outputs=lambda a: len(a["split"]))
 def split(attrs: dict, x: np.ndarray) -> list[np.ndarray]:
     """Cut along `axis` into pieces of the sizes in `split`."""
     return np.split(x, np.cumsum(attrs["split"])[:-1], axis=attrs["axis"])
@@ -91,7 +91,7 @@ def _slice_infer(attrs: dict, x: TensorType) -> TensorType:
     return TensorType(x.dtype, tuple(shape))
 
 
-@op("Slice", infer=_slice_infer, attrs={"starts": REQUIRED, "ends": REQUIRED, "axes": REQUIRED, "steps": REQUIRED})
+@op("Slice", dtypes=ANY_TYPES, infer=_slice_infer, attrs={"starts": REQUIRED, "ends": REQUIRED, "axes": REQUIRED, "steps": REQUIRED})
 def slice_(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Strided slice; starts/ends are already clamped by the importer (an end of -1 means "before 0")."""
     idx = [slice(None)] * x.ndim
@@ -108,7 +108,7 @@ def _gather_infer(attrs: dict, x: TensorType, idx: TensorType) -> TensorType:
     return TensorType(x.dtype, x.shape[:axis] + idx.shape + x.shape[axis + 1:])
 
 
-@op("Gather", infer=_gather_infer, inputs=(2, 2), attrs={"axis": FROM_ONNX})
+@op("Gather", dtypes=ANY_TYPES, infer=_gather_infer, inputs=(2, 2), attrs={"axis": FROM_ONNX})
 def gather(attrs: dict, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Take entries along `axis`; negative indices count from the end."""
     axis = attrs["axis"]
@@ -119,7 +119,7 @@ def _expand_infer(attrs: dict, x: TensorType) -> TensorType:
     return TensorType(x.dtype, broadcast_shapes(x.shape, tuple(attrs["shape"]), op="Expand"))
 
 
-@op("Expand", infer=_expand_infer, attrs={"shape": REQUIRED})
+@op("Expand", dtypes=ANY_TYPES, infer=_expand_infer, attrs={"shape": REQUIRED})
 def expand(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Broadcast to `shape` (numpy rules, so the result may be larger than `shape`)."""
     return np.array(np.broadcast_to(x, _expand_infer(attrs, TensorType.of(x)).shape))

@@ -24,9 +24,11 @@ from llvmlite import ir
 
 from glowpy.backends.cpu import activations
 from glowpy.backends.cpu import irutil as U
+from glowpy.backends.cpu.kernels import lowfloat
 from glowpy.errors import UnsupportedDatatype, UnsupportedOperator
 from glowpy.ir.activations import ACTIVATIONS
 from glowpy.ir.ops import OPS
+from glowpy.ir.types import BFLOAT16
 
 # The elementwise IR ops (OpDef.elementwise) `scalar_op` generates: the activations through their
 # emitters (backends/cpu/activations.py), the rest below; plus BatchNormalization as a per-channel affine.
@@ -64,8 +66,21 @@ def _f64_to_f32_round_to_odd(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     return b.bitcast(bits, U.F32, name="rto")
 
 
-def _cast(b: ir.IRBuilder, v: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Value:
+def _cast(b: ir.IRBuilder, v: ir.Value, src: np.dtype, dst: np.dtype, attrs: dict[str, Any] | None = None
+          ) -> ir.Value:
     src, dst = np.dtype(src), np.dtype(dst)
+    if src == dst:
+        return v
+    if src in lowfloat.STORAGE_TYPES:
+        v, src = lowfloat.decode(b, v, src), lowfloat.decoded_dtype(src)
+        if src.kind == "f" and (dst.kind in "iu" or dst in lowfloat.SUBBYTE_INT_TYPES):
+            return lowfloat.float_to_int(b, v, dst, lambda x: _cast(b, x, src, dst, attrs))
+    if dst in lowfloat.STORAGE_TYPES:
+        return lowfloat.encode(b, v, src, dst, **(attrs or {}))
+    if src == BFLOAT16:  # computed as float32
+        src = np.dtype(np.float32)
+    if dst == BFLOAT16:  # ml_dtypes rounds float64 to float32 first, then to bfloat16
+        return U.round_half(b, _cast(b, v, src, np.dtype(np.float32)), dst)
     if src == dst:
         return v
     st, dt = U.compute_type(src), U.compute_type(dst)
@@ -200,7 +215,7 @@ def _scalar(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.V
     if op in ("Identity", "Dropout"):
         return x
     if op == "Cast":
-        return _cast(b, x, dt, out)
+        return _cast(b, x, dt, out, {"saturate": bool(attrs["saturate"]), "round_mode": attrs["round_mode"]})
     if flt and op in activations.EMITTED_OPS:
         name = activations.EMITTED_OPS[op]
         storage = dt if dt == np.float16 else None
