@@ -21,6 +21,13 @@ from tests.zoo.realize import SKELETON_DIR, make_inputs, realize
 
 EXPECTED_PATH = Path(__file__).with_name("expected.json")
 RTOL, ATOL = 1e-3, 1e-4
+# Per-model (rtol, atol) where float32 rounding across a deep model reaches the default tolerance, with the
+# float64 reference's verdict (python tools/zoo/truth.py NAME: largest error of each engine against float64).
+TOLERANCE = {
+    # 12 layers, outputs of std 1: onnxruntime 1.09e-4 from float64, glowpy cpu 1.87e-4 (1 of 65536 elements
+    # past atol 1e-4), glowpy's interpreter 2.9e-5. The cpu kernels round more than onnxruntime's here.
+    "t5_encoder.torchscript": (1e-3, 2e-4),
+}
 SEED = 0  # weights; the inputs use SEED + 1, the input the calibration saw
 
 Outcome = str | dict[str, Any]
@@ -57,8 +64,10 @@ def onnxruntime_outputs(model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
     return [dict(zip(names, session.run(names, feeds))) for feeds in make_inputs(model, SEED + 1)]
 
 
-def mismatches(model: onnx.ModelProto, compiled: glowpy.CompiledModel) -> list[str]:
-    """Every output, on every seeded feed, where glowpy and onnxruntime differ beyond RTOL / ATOL."""
+def mismatches(model: onnx.ModelProto, compiled: glowpy.CompiledModel, model_name: str = "") -> list[str]:
+    """Every output, on every seeded feed, where glowpy and onnxruntime differ beyond RTOL / ATOL (or the
+    model's TOLERANCE)."""
+    rtol, atol = TOLERANCE.get(model_name, (RTOL, ATOL))
     problems = []
     for feeds, expected in zip(make_inputs(model, SEED + 1), onnxruntime_outputs(model)):
         got = compiled.run(feeds)
@@ -68,7 +77,7 @@ def mismatches(model: onnx.ModelProto, compiled: glowpy.CompiledModel) -> list[s
             continue
         for name, want in expected.items():
             try:
-                np.testing.assert_allclose(got[name], want, rtol=RTOL, atol=ATOL)
+                np.testing.assert_allclose(got[name], want, rtol=rtol, atol=atol)
             except AssertionError as e:
                 problems.append(f"output '{name}'{f' {flags}' if flags else ''}: {str(e).strip()}")
     return problems

@@ -51,5 +51,5 @@ def test_zoo_model(name: str) -> None:
                     assert value.size == 1 or value.std() > 1e-6, f"{name}: onnxruntime output '{out_name}' is constant"
         return
     assert expected == "pass", f"{name} compiles now, {EXPECTED_PATH.name} records {expected}: {REGENERATE}"
-    problems = mismatches(model, compiled)
+    problems = mismatches(model, compiled, name)
     assert not problems, f"{name} differs from onnxruntime:\n" + "\n".join(problems)

@@ -56,7 +56,7 @@ def run(name: str) -> tuple[str, object, list[str], float]:
     start = time.perf_counter()
     model = realized(name)
     compiled, outcome = compile_outcome(model)
-    problems = mismatches(model, compiled) if compiled is not None else []
+    problems = mismatches(model, compiled, name) if compiled is not None else []
     return name, outcome, problems, time.perf_counter() - start
 
 
