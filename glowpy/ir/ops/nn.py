@@ -46,7 +46,7 @@ def conv_out_dim(size: int, k: int, stride: int, pad_total: int, dilation: int) 
 
 def _spatial_check(name: str, x: TensorType, nspatial: int, attrs: dict) -> None:
     for key in ("strides", "dilations"):
-        if key in attrs and len(attrs[key]) != nspatial:
+        if key in attrs and len(attrs[key]) != nspatial and not (key == "dilations" and not attrs[key]):
             raise UnsupportedAttribute(
                 f"'{key}' needs one value per spatial dim", op=name, expected=nspatial, found=len(attrs[key])
             )
