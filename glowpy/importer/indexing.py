@@ -17,12 +17,19 @@ import numpy as np
 
 from glowpy.errors import InvalidModel, MismatchingShape, UnsupportedDatatype, UnsupportedShape
 from glowpy.importer.context import NodeContext
-from glowpy.importer.table import BOOL_INT, IGNORED, INT, INTS, POSITIVE, Rule, one_of, onnx_op
 from glowpy.importer.ops import cast_attrs
+from glowpy.importer.table import BOOL_INT, INT, INTS, POSITIVE, Rule, one_of, onnx_op
 from glowpy.ir.graph import Value
 from glowpy.ir.ops.elementwise import CAST_ROUND_MODES
 from glowpy.ir.ops.indexing import REDUCTIONS
-from glowpy.ir.types import ALL_TYPES, ANY_TYPES, NUMERIC_TYPES, dtype_from_onnx, is_supported_onnx_dtype, onnx_type_name
+from glowpy.ir.types import (
+    ALL_TYPES,
+    ANY_TYPES,
+    NUMERIC_TYPES,
+    dtype_from_onnx,
+    is_supported_onnx_dtype,
+    onnx_type_name,
+)
 
 STRING = Rule(lambda v: isinstance(v, str), "a string")
 

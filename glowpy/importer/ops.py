@@ -36,7 +36,14 @@ from glowpy.importer.table import (
 )
 from glowpy.ir.graph import Value
 from glowpy.ir.ops.elementwise import CAST_ROUND_MODES
-from glowpy.ir.types import ALL_TYPES, ANY_TYPES, NUMERIC_TYPES, dtype_from_onnx, is_supported_onnx_dtype, onnx_type_name
+from glowpy.ir.types import (
+    ALL_TYPES,
+    ANY_TYPES,
+    NUMERIC_TYPES,
+    dtype_from_onnx,
+    is_supported_onnx_dtype,
+    onnx_type_name,
+)
 from glowpy.limits import check_tensor
 
 # --- elementwise ---------------------------------------------------------------------------------

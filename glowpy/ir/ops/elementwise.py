@@ -13,7 +13,15 @@ from onnx import numpy_helper
 import glowpy.ir.activations  # noqa: F401  (declares the activation ops)
 from glowpy.errors import MismatchingDatatype, MismatchingShape, UnsupportedAttribute
 from glowpy.ir.ops.registry import FROM_ONNX, REQUIRED, op
-from glowpy.ir.types import ALL_TYPES, ANY_TYPES, FLOAT_TYPES, INT_TYPES, LOWFLOAT_TYPES, NUMERIC_TYPES, TensorType
+from glowpy.ir.types import (
+    ALL_TYPES,
+    ANY_TYPES,
+    FLOAT_TYPES,
+    INT_TYPES,
+    LOWFLOAT_TYPES,
+    NUMERIC_TYPES,
+    TensorType,
+)
 
 BOOL_TYPES = frozenset({np.dtype(np.bool_)})
 
