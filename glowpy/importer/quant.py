@@ -6,8 +6,9 @@ explicit (zeros) and its opset history resolved here: `axis` from opset 13, `sat
 only, so without effect on the integer types glowpy produces), `block_size`, `output_dtype` and the
 16-bit types from 21, `precision` from 23, float16 scales for QLinearMatMul from 21.
 
-Element types glowpy has no representation for are refused with UnsupportedDatatype: the 4- and 2-bit
-integers (ONNX packs them several per byte), float8 / float4 / float6 and bfloat16.
+The 4- and 2-bit integers (one per byte in the IR; ONNX's packed initializers are unpacked at import) go
+through the 8-bit op of their signedness: operands widened by Cast, results clipped to their range and
+narrowed. Quantization to or from float8 / float4 is refused with UnsupportedDatatype naming the type.
 """
 
 from __future__ import annotations
@@ -30,10 +31,27 @@ from glowpy.importer.table import (
 )
 from glowpy.ir.graph import Value
 from glowpy.ir.ops.quant import DEQUANT_TYPES, F32, I32, MATMUL_INT_TYPES, QUANT_TYPES, SCALE_TYPES, is_scalar
-from glowpy.ir.types import dtype_from_onnx, is_supported_onnx_dtype, onnx_type_name
+from glowpy.ir.types import (
+    LOWFLOAT_TYPES,
+    STORAGE_TYPES,
+    SUBBYTE_INT_TYPES,
+    dtype_from_onnx,
+    dtype_to_onnx,
+    int_range,
+    is_supported_onnx_dtype,
+    onnx_type_name,
+)
 
 _TP = onnx.TensorProto
-_PACKED = {_TP.INT4: "int4", _TP.UINT4: "uint4", _TP.INT2: "int2", _TP.UINT2: "uint2"}
+_NARROW = SUBBYTE_INT_TYPES  # quantized through int8 / uint8
+
+
+def _wide(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.int8) if int_range(dtype)[0] < 0 else np.dtype(np.uint8)
+
+
+def _widened(ctx: NodeContext, v: Value) -> Value:
+    return ctx.emit1("Cast", [v], {"to": _wide(v.dtype)}) if v.dtype in _NARROW else v
 _SINCE_21 = frozenset({np.dtype(np.int16), np.dtype(np.uint16)})
 
 
@@ -47,11 +65,9 @@ def _require_opset(ctx: NodeContext, since: dict[str, int]) -> None:
 
 def _quant_dtype(ctx: NodeContext, code: int, what: str, allowed: frozenset) -> np.dtype:
     """The numpy type of an ONNX element type a quantized tensor may have, or the precise refusal."""
-    if code in _PACKED:
-        raise ctx.error(UnsupportedDatatype, f"{what}: {_PACKED[code]} is packed several elements per byte in "
-                        f"ONNX and glowpy has no such element type", expected=sorted(map(str, allowed)),
-                        found=onnx_type_name(code))
     dtype = dtype_from_onnx(code) if is_supported_onnx_dtype(code) else None
+    if dtype in LOWFLOAT_TYPES:
+        _check_dtype(ctx, dtype, what, allowed)
     if dtype is None or dtype not in allowed:
         raise ctx.error(UnsupportedDatatype, f"{what}: element type not supported",
                         expected=sorted(map(str, allowed)), found=onnx_type_name(code) if dtype is None else str(dtype))
@@ -59,6 +75,10 @@ def _quant_dtype(ctx: NodeContext, code: int, what: str, allowed: frozenset) -> 
 
 
 def _check_dtype(ctx: NodeContext, dtype: np.dtype, what: str, allowed: frozenset) -> None:
+    if dtype in LOWFLOAT_TYPES:
+        name = onnx_type_name(dtype_to_onnx(dtype))
+        raise ctx.error(UnsupportedDatatype, f"{what}: quantization with {name} is not implemented",
+                        expected=sorted(map(str, allowed)), found=name)
     if dtype not in allowed:
         raise ctx.error(UnsupportedDatatype, f"{what}: element type not supported",
                         expected=sorted(map(str, allowed)), found=str(dtype))
@@ -97,7 +117,7 @@ def quantize_linear(ctx: NodeContext) -> list[Value]:
     x, scale = ctx.input(0), ctx.input(1)
     _check_dtype(ctx, scale.dtype, "y_scale", SCALE_TYPES)
     code = ctx.attr("output_dtype", 0)
-    out = _quant_dtype(ctx, code, "output_dtype", QUANT_TYPES) if code else None
+    out = _quant_dtype(ctx, code, "output_dtype", QUANT_TYPES | _NARROW) if code else None
     if ctx.has_input(2):
         zp_dtype = ctx.input(2).dtype
         if out is not None and zp_dtype != out:
@@ -105,27 +125,35 @@ def quantize_linear(ctx: NodeContext) -> list[Value]:
                                   found=str(out))
         out = zp_dtype
     out = np.dtype(np.uint8) if out is None else out
-    _check_dtype(ctx, out, "y_zero_point", QUANT_TYPES)
+    _check_dtype(ctx, out, "y_zero_point", QUANT_TYPES | _NARROW)
     precision = ctx.attr("precision", 0)
     prec = dtype_from_onnx(precision) if precision and is_supported_onnx_dtype(precision) else None
     if precision and prec not in SCALE_TYPES:
         raise ctx.unsupported("'precision' must name a float type glowpy has", expected="FLOAT or FLOAT16",
                               found=onnx_type_name(precision))
-    attrs = {**_granularity_attrs(ctx, x, scale), "dtype": out, "precision": prec}
-    return ctx.emit("QuantizeLinear", [x, scale, _zero_point(ctx, 2, scale.shape, out)], attrs)
+    attrs = {**_granularity_attrs(ctx, x, scale), "dtype": _wide(out) if out in _NARROW else out, "precision": prec}
+    q = ctx.emit1("QuantizeLinear", [x, scale, _widened(ctx, _zero_point(ctx, 2, scale.shape, out))], attrs)
+    if out not in _NARROW:
+        return [q]
+    lo, hi = int_range(out)
+    return ctx.emit("Cast", [ctx.emit1("Clip", [q], {"min": lo, "max": hi})], {"to": out})
 
 
 @onnx_op("DequantizeLinear", attrs={"axis": INT, "block_size": NON_NEGATIVE, "output_dtype": INT},
-         dtypes=DEQUANT_TYPES, since=10)
+         dtypes=DEQUANT_TYPES | STORAGE_TYPES, since=10)
 def dequantize_linear(ctx: NodeContext) -> list[Value]:
     _require_opset(ctx, {"axis": 13, "block_size": 21, "output_dtype": 23})
     x, scale = ctx.input(0), ctx.input(1)
-    _check_dtype(ctx, x.dtype, "x", DEQUANT_TYPES)
+    _check_dtype(ctx, x.dtype, "x", DEQUANT_TYPES | _NARROW)
     _check_dtype(ctx, scale.dtype, "x_scale", SCALE_TYPES)
     code = ctx.attr("output_dtype", 0)
     out = _quant_dtype(ctx, code, "output_dtype", SCALE_TYPES) if code else scale.dtype
     attrs = {**_granularity_attrs(ctx, x, scale), "dtype": out}
-    return ctx.emit("DequantizeLinear", [x, scale, _zero_point(ctx, 2, scale.shape, x.dtype)], attrs)
+    zp = _zero_point(ctx, 2, scale.shape, x.dtype)
+    if zp.dtype != x.dtype:  # checked before both widen to one type
+        raise ctx.error(MismatchingDatatype, "zero point type differs from the input", expected=str(x.dtype),
+                        found=str(zp.dtype))
+    return ctx.emit("DequantizeLinear", [_widened(ctx, x), scale, _widened(ctx, zp)], attrs)
 
 
 @onnx_op("DynamicQuantizeLinear", dtypes=frozenset({F32}), since=11, max_outputs=3)

@@ -32,7 +32,7 @@ BAD_ATTRS = {
     # op: (inputs, opset, attrs, attribute the message must name)
     "Gelu-approximate": ("Gelu", [randn(3)], 20, {"approximate": "fast"}, "approximate"),
     "LeakyRelu-alpha-int": ("LeakyRelu", [randn(3)], 16, {"alpha": 1}, "alpha"),
-    "Cast-round_mode": ("Cast", [randn(3)], 25, {"to": TensorProto.FLOAT16, "round_mode": "down"}, "round_mode"),
+    "Cast-round_mode": ("Cast", [randn(3)], 25, {"to": TensorProto.FLOAT16, "round_mode": "sideways"}, "round_mode"),
     "Conv-auto_pad": ("Conv", [randn(1, 2, 4, 4), Const(randn(3, 2, 3, 3))], 11, {"auto_pad": "FOO"}, "auto_pad"),
     "Conv-pads-negative": ("Conv", [randn(1, 2, 4, 4), Const(randn(3, 2, 3, 3))], 11, {"pads": [-1, 0, 0, 0]},
                            "pads"),

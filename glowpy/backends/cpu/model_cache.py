@@ -223,7 +223,8 @@ def _layout(weights: list[np.ndarray]) -> tuple[list[tuple[int, tuple[int, ...],
     out, offset = [], 0
     for w in weights:
         offset = -(-offset // ALIGN) * ALIGN
-        out.append((offset, tuple(w.shape), w.dtype.str))
+        # ml_dtypes' types (bfloat16, float8, int4, ...) have a void .str; their names round-trip.
+        out.append((offset, tuple(w.shape), w.dtype.str if w.dtype.isbuiltin == 1 else w.dtype.name))
         offset += w.nbytes
     return out, offset
 
@@ -261,7 +262,7 @@ class ModelCache:
                 at = 0
                 for (offset, _, _), w in zip(layout, weights):
                     f.write(b"\0" * (offset - at))
-                    f.write(np.ascontiguousarray(w).data)
+                    f.write(np.ascontiguousarray(w).reshape(-1).view(np.uint8).data)
                     at = offset + w.nbytes
             with open(tmp, "rb") as f:
                 digest = _sample_digest(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b"", size)

@@ -138,10 +138,11 @@ def cast(attrs: dict, x: np.ndarray) -> np.ndarray:
     to = np.dtype(attrs["to"])
     if to == E8M0:
         return numpy_helper.to_float8e8m0(x, bool(attrs["saturate"]), attrs["round_mode"])
-    if to in LOWFLOAT_TYPES and attrs["saturate"] and to != np.dtype(ml_dtypes.float4_e2m1fn):
-        info = ml_dtypes.finfo(to)
-        return np.clip(x, info.min, info.max).astype(to)
-    return x.astype(to)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN / inf to integers: numpy's (host's) answer
+        if to in LOWFLOAT_TYPES and attrs["saturate"] and to != np.dtype(ml_dtypes.float4_e2m1fn):
+            info = ml_dtypes.finfo(to)
+            return np.clip(x, info.min, info.max).astype(to)
+        return x.astype(to)
 
 
 def _binary(name: str, fn, *, result_bool: bool = False, dtypes=NUMERIC_TYPES, attrs=None, onnx: str | None = None,
