@@ -48,7 +48,7 @@ from glowpy.errors import (
     UnsupportedShape,
     UnsupportedVersion,
 )
-from glowpy.importer import control, indexing, nn, ops, quant, rnn  # noqa: F401  (the rows: each module registers its converters in the table)
+from glowpy.importer import attention, control, indexing, nn, ops, quant, rnn, spectral  # noqa: F401  (the rows: each module registers its converters in the table)
 from glowpy.importer.context import NodeContext
 from glowpy.importer.functions import (
     MAX_DEPTH,

@@ -10,6 +10,7 @@ numpy. The optimizer fuses and unfuses by these entries, the interpreter and con
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,3 +149,22 @@ activation(Activation("softsign", "Softsign", lambda x, p: (x / (1 + np.abs(x)))
                       doc="x / (1 + |x|)"))
 activation(Activation("shrink", "Shrink", lambda x, p: _shrink(x, p[0], p[1]), {"bias": FROM_ONNX, "lambd": FROM_ONNX},
                       NUMERIC_TYPES, onnx="Shrink", doc="x + bias if x < -lambd, x - bias if x > lambd, else 0"))
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf elementwise (numpy has none; math.erf vectorised keeps the oracle exact to double precision)."""
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
+
+
+def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    v = x.astype(np.promote_types(x.dtype, np.float32))  # float16 computes in float32, as the CPU code does
+    with np.errstate(over="ignore", invalid="ignore"):
+        if approximate == "tanh":
+            inner = math.sqrt(2.0 / math.pi) * (v + 0.044715 * v**3)
+            return (0.5 * v * (1.0 + np.tanh(inner))).astype(x.dtype)
+        return (0.5 * v * (1.0 + erf(v * (1.0 / math.sqrt(2.0))))).astype(x.dtype)
+
+
+# ONNX Gelu (opset 20) has its importer row (approximate checked there); `approximate` travels as a string.
+activation(Activation("gelu", "Gelu", lambda x, p: _gelu(x, p[0]), {"approximate": "none"},
+                      doc="0.5 x (1 + erf(x / sqrt 2)), or with tanh(sqrt(2 / pi) (x + 0.044715 x^3)) for 'tanh'"))

@@ -9,6 +9,7 @@ the names in EMITTERS. Comparisons are ordered and selects keep x when it is NaN
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -32,6 +33,7 @@ class Math(Protocol):
     def exp(self, x: ir.Value) -> ir.Value: ...
     def expm1(self, x: ir.Value) -> ir.Value: ...
     def tanh(self, x: ir.Value) -> ir.Value: ...
+    def erf(self, x: ir.Value) -> ir.Value: ...
 
 
 class ScalarMath:
@@ -75,6 +77,9 @@ class ScalarMath:
 
     def tanh(self, x):
         return U.libm(self.b, "tanh", x)
+
+    def erf(self, x):
+        return U.libm(self.b, "erf", x)
 
 
 class VectorMath:
@@ -121,6 +126,16 @@ class VectorMath:
         t = self.div(self.sub(one, e), self.add(one, e))
         return self.select(self.cmp("<", x, self.const(0.0)), self.sub(self.const(0.0), t), t)
 
+    def erf(self, x):
+        # Abramowitz & Stegun 7.1.26 on |x| (absolute error below 1.5e-7), then the sign of x
+        ax = self.vx.fabs(x)
+        t = self.div(self.const(1.0), self.add(self.const(1.0), self.mul(ax, self.const(0.3275911))))
+        p = self.const(1.061405429)
+        for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+            p = self.add(self.mul(p, t), self.const(c))
+        e = self.sub(self.const(1.0), self.mul(self.mul(p, t), self.exp(self.mul(ax, self.sub(self.const(0.0), ax)))))
+        return self.select(self.cmp("<", x, self.const(0.0)), self.sub(self.const(0.0), e), e)
+
 
 def _clamp(m: Math, x: ir.Value, lo: float, hi: float) -> ir.Value:
     y = m.select(m.cmp("<", x, m.const(lo)), m.const(lo), x)
@@ -148,6 +163,16 @@ def _celu(m: Math, x: ir.Value, alpha: float) -> ir.Value:
     return m.add(m.select(m.cmp(">", x, zero), x, zero), m.select(m.cmp(">", neg, zero), zero, neg))
 
 
+def _gelu(m: Math, x: ir.Value, approximate: str) -> ir.Value:
+    if approximate == "tanh":
+        cube = m.mul(m.mul(x, x), x)
+        inner = m.mul(m.const(math.sqrt(2.0 / math.pi)), m.add(x, m.mul(m.const(0.044715), cube)))
+        t = m.tanh(inner)
+    else:
+        t = m.erf(m.mul(x, m.const(1.0 / math.sqrt(2.0))))
+    return m.mul(m.mul(m.const(0.5), x), m.add(m.const(1.0), t))
+
+
 def _abs(m: Math, x: ir.Value) -> ir.Value:
     return m.select(m.cmp("<", x, m.const(0.0)), m.sub(m.const(0.0), x), x)
 
@@ -168,6 +193,7 @@ EMITTERS: dict[str, Emitter] = {
     "thresholded_relu": lambda m, x, p: m.select(m.cmp(">", x, m.bound(p[0])), x, m.const(0.0)),
     "softsign": lambda m, x, p: m.div(x, m.add(m.const(1.0), _abs(m, x))),
     "shrink": lambda m, x, p: _shrink(m, x, p[0], p[1]),
+    "gelu": lambda m, x, p: _gelu(m, x, p[0]),
 }
 
 # IR ops the elementwise kernels generate through an emitter (on float values).

@@ -24,7 +24,8 @@ NAMES = sorted(EMITTERS)
 # Non-default parameters where an activation has any (defaults are covered by the ONNX test).
 PARAMS = {"clip": {"min": -0.5, "max": 0.7}, "leaky_relu": {"alpha": 0.3},
           "hard_sigmoid": {"alpha": 0.3, "beta": 0.4}, "elu": {"alpha": 0.7}, "selu": {"alpha": 1.5, "gamma": 0.8},
-          "celu": {"alpha": 2.0}, "thresholded_relu": {"alpha": 0.5}, "shrink": {"bias": 0.2, "lambd": 0.7}}
+          "celu": {"alpha": 2.0}, "thresholded_relu": {"alpha": 0.5}, "shrink": {"bias": 0.2, "lambd": 0.7},
+          "gelu": {"approximate": "tanh"}}
 # Values around every activation's kinks (0, +-3 for HardSwish, the clip bounds) and far out.
 SPECIAL = np.array([0.0, -0.0, 3.0, -3.0, 0.5, -0.5, 0.7, 20.0, -20.0, 90.0, -90.0], F32)
 
@@ -140,3 +141,20 @@ def test_hard_swish_from_onnx_opset_14_is_a_conv_epilogue() -> None:
     graph = glowpy.optimize(glowpy.load(model), "cpu")
     assert [(n.op, n.attrs["activation"]) for n in graph.nodes] == [("Conv", "hard_swish")]
     _check_onnx("HardSwish", 14)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_from_onnx_opset_20_is_a_conv_epilogue(approximate: str) -> None:
+    """ONNX Gelu (opset 20) imports through its row and ends up fused into the Conv's vector epilogue
+    (erf as a polynomial there), matching onnx.reference."""
+    model = _onnx_conv_act("Gelu", 20)
+    model.graph.node[1].attribute.append(helper.make_attribute("approximate", approximate))
+    graph = glowpy.optimize(glowpy.load(model), "cpu")
+    assert [(n.op, n.attrs["activation"], n.attrs["activation_params"]) for n in graph.nodes] == [
+        ("Conv", "gelu", (approximate,))]
+    x = _feeds((1, 4, 7, 7), seed=4)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    for isa in (None, "avx2"):
+        got = glowpy.compile(model, backend="cpu", threads=1, cache=False, **({"isa": isa} if isa else {})).run(
+            {"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"isa {isa}")

@@ -288,14 +288,6 @@ def _scalar(b: ir.IRBuilder, op: str, attrs: dict[str, Any], args: Sequence[ir.V
         ax = U.intrinsic(b, "llvm.fabs", x)
         pos = b.select(b.fcmp_ordered(">", x, U.fconst(t, 0.0)), x, U.fconst(t, 0.0))
         return b.fadd(pos, U.libm(b, "log1p", U.intrinsic(b, "llvm.exp", b.fneg(ax))))
-    if op == "Gelu":
-        half = U.fconst(t, 0.5)
-        if attrs.get("approximate", "none") == "tanh":
-            x3 = b.fmul(b.fmul(x, x), x)
-            inner = b.fmul(U.fconst(t, math.sqrt(2.0 / math.pi)), b.fadd(x, b.fmul(U.fconst(t, 0.044715), x3)))
-            return b.fmul(b.fmul(half, x), b.fadd(one, U.libm(b, "tanh", inner)))
-        e = U.libm(b, "erf", b.fmul(x, U.fconst(t, 1.0 / math.sqrt(2.0))))
-        return b.fmul(b.fmul(half, x), b.fadd(one, e))
     raise UnsupportedOperator("no elementwise code generation for op", op=op)
 
 
