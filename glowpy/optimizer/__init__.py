@@ -30,7 +30,13 @@ from glowpy.optimizer.manager import (
     stage_and_pass_names,
     verify_by_default,
 )
-from glowpy.optimizer.quant import fold_qdq_data_movement, rewrite_qdq_conv, rewrite_qdq_matmul
+from glowpy.optimizer.quant import (
+    fold_qdq_data_movement,
+    rewrite_qdq_add,
+    rewrite_qdq_conv,
+    rewrite_qdq_global_average_pool,
+    rewrite_qdq_matmul,
+)
 from glowpy.optimizer.simplify import (
     eliminate_common_subexpressions,
     eliminate_dead_code,
@@ -59,6 +65,8 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("quantized", (
         Pass("rewrite_qdq_conv", rewrite_qdq_conv),
         Pass("rewrite_qdq_matmul", rewrite_qdq_matmul),
+        Pass("rewrite_qdq_add", rewrite_qdq_add),
+        Pass("rewrite_qdq_global_average_pool", rewrite_qdq_global_average_pool),
         Pass("fold_qdq_data_movement", fold_qdq_data_movement),
         Pass("eliminate_dead_code", eliminate_dead_code),
     ), fixed_point=True),
@@ -161,7 +169,9 @@ __all__ = [
     "optimize",
     "pass_names",
     "remove_noops",
+    "rewrite_qdq_add",
     "rewrite_qdq_conv",
+    "rewrite_qdq_global_average_pool",
     "rewrite_qdq_matmul",
     "run_pass",
     "sink_transposes",

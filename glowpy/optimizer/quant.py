@@ -84,7 +84,7 @@ def _param(graph: Graph, base: str, v: Value) -> Value:
 
 def rewrite_qdq_conv(graph: Graph, backend: Backend | None = None) -> bool:
     """QuantizeLinear([Relu](Conv(DequantizeLinear(x), DequantizeLinear(w), [DequantizeLinear(b)])))
-    -> QLinearConv(x, ..., w, ..., b) with `relu`; w an 8-bit constant per tensor or per output
+    -> QLinearConv(x, ..., w, ..., b) with `relu`, requantizing in float32 as onnxruntime; w an 8-bit constant per tensor or per output
     channel, b int32 with scale x_scale * w_scale (a missing bias becomes zeros)."""
     changed = False
     for conv in list(graph.nodes):
@@ -106,7 +106,8 @@ def rewrite_qdq_conv(graph: Graph, backend: Backend | None = None) -> bool:
                _param(graph, conv.name + ".y_scale", q.inputs[1]), _param(graph, conv.name + ".y_zero_point", q.inputs[2]),
                add_weight(graph, conv.name + ".bias", b)]
         attrs = {k: conv.attrs[k] for k in ("group", "strides", "pads", "dilations")}
-        rebuild(graph, conv, op="QLinearConv", inputs=ops, attrs={**attrs, "relu": relu}, replaces=q)
+        rebuild(graph, conv, op="QLinearConv", inputs=ops, attrs={**attrs, "relu": relu, "float32": True},
+                replaces=q)
         changed = True
     return changed
 
@@ -114,7 +115,7 @@ def rewrite_qdq_conv(graph: Graph, backend: Backend | None = None) -> bool:
 def rewrite_qdq_matmul(graph: Graph, backend: Backend | None = None) -> bool:
     """QuantizeLinear([Relu]([Add(bias)](MatMul(DequantizeLinear(a), DequantizeLinear(w))))) and the
     same with Gemm (alpha = beta = 1, transA 0, optional transB and bias) -> QLinearMatMul with an int32
-    bias and `relu`; w a 2-D 8-bit constant per tensor or per output column, a per tensor."""
+    bias, `relu` and float32 requantization; w a 2-D 8-bit constant per tensor or per output column, a per tensor."""
     changed = False
     for mm in list(graph.nodes):
         gemm = mm.op == "Gemm"
@@ -150,7 +151,7 @@ def rewrite_qdq_matmul(graph: Graph, backend: Backend | None = None) -> bool:
                add_weight(graph, name + ".weight", w) if trans else wdq.inputs[0], wdq.inputs[1], wdq.inputs[2],
                _param(graph, name + ".y_scale", q.inputs[1]), _param(graph, name + ".y_zero_point", q.inputs[2]),
                add_weight(graph, name + ".bias", b)]
-        new = graph.add_node("QLinearMatMul", ops, {"relu": relu}, name=name, before=mm)
+        new = graph.add_node("QLinearMatMul", ops, {"relu": relu, "float32": True}, name=name, before=mm)
         replace_node(graph, q, new.outputs, adopt_names=True)  # the float nodes left are dead code now
         changed = True
     return changed
@@ -187,5 +188,46 @@ def fold_qdq_data_movement(graph: Graph, backend: Backend | None = None) -> bool
         if not all(d is not None and _same_params(d, q) for d in dqs):
             continue
         rebuild(graph, m, inputs=[d.inputs[0] for d in dqs] + list(m.inputs[len(operands):]), replaces=q)
+        changed = True
+    return changed
+
+
+def rewrite_qdq_add(graph: Graph, backend: Backend | None = None) -> bool:
+    """QuantizeLinear(Add(DequantizeLinear(a), DequantizeLinear(b))), all per tensor and 8-bit ->
+    QLinearAdd(a, ..., b, ...) (onnxruntime's int8 arithmetic for it). With a Relu before the
+    QuantizeLinear it stays float, as onnxruntime runs it."""
+    changed = False
+    for add in list(graph.nodes):
+        if add.op != "Add":
+            continue
+        dqs = [_per_tensor_dq(v) for v in add.inputs]
+        found = _quantize_of(graph, add.outputs[0])
+        if None in dqs or found is None or found[1]:
+            continue
+        q = found[0]
+        name = add.name
+        ops = [v for i, d in enumerate(dqs) for v in (d.inputs[0], _param(graph, f"{name}.{'ab'[i]}_scale", d.inputs[1]),
+                                                        _param(graph, f"{name}.{'ab'[i]}_zero_point", d.inputs[2]))]
+        ops += [_param(graph, name + ".y_scale", q.inputs[1]), _param(graph, name + ".y_zero_point", q.inputs[2])]
+        rebuild(graph, add, op="QLinearAdd", inputs=ops, attrs={}, replaces=q)
+        changed = True
+    return changed
+
+
+def rewrite_qdq_global_average_pool(graph: Graph, backend: Backend | None = None) -> bool:
+    """QuantizeLinear(GlobalAveragePool(DequantizeLinear(x))), per tensor and 8-bit ->
+    QLinearGlobalAveragePool(x, ...) (onnxruntime's int8 arithmetic for it)."""
+    changed = False
+    for gap in list(graph.nodes):
+        if gap.op != "GlobalAveragePool":
+            continue
+        dq, found = _per_tensor_dq(gap.inputs[0]), _quantize_of(graph, gap.outputs[0])
+        if dq is None or found is None or found[1]:
+            continue
+        q, name = found[0], gap.name
+        ops = [dq.inputs[0], _param(graph, name + ".x_scale", dq.inputs[1]),
+               _param(graph, name + ".x_zero_point", dq.inputs[2]),
+               _param(graph, name + ".y_scale", q.inputs[1]), _param(graph, name + ".y_zero_point", q.inputs[2])]
+        rebuild(graph, gap, op="QLinearGlobalAveragePool", inputs=ops, attrs={}, replaces=q)
         changed = True
     return changed

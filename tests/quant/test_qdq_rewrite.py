@@ -43,13 +43,14 @@ def ops_after(model: onnx.ModelProto) -> Counter:
 @pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
 @pytest.mark.parametrize("activation", ["QUInt8", "QInt8"])
 def test_onnxruntime_qdq_becomes_integer_ops(tmp_path, per_channel, activation):
-    """Every Conv, Gemm and MatMul of the quantized conv net becomes an integer op, the Flatten between
-    Q/DQ pairs moves int8 data, and the interpreter then agrees with onnxruntime's int8 kernels (its
-    optimized session, which makes the same rewrite) on every element."""
+    """Every Conv, Gemm, MatMul, Add and GlobalAveragePool of the quantized conv net becomes an integer
+    op, the Flatten between Q/DQ pairs moves int8 data, and the interpreter then agrees with
+    onnxruntime's int8 kernels (its optimized session, which makes the same rewrite) on every element."""
     qdq = ort_qdq(tmp_path, per_channel, activation)
     ops = ops_after(qdq)
     assert ops["QLinearConv"] == 3 and ops["QLinearMatMul"] == 2, ops
-    assert not {"Conv", "Gemm", "MatMul"} & set(ops), ops
+    assert ops["QLinearAdd"] == 1 and ops["QLinearGlobalAveragePool"] == 1, ops
+    assert not {"Conv", "Gemm", "MatMul", "Add", "GlobalAveragePool"} & set(ops), ops
     compiled = glowpy.compile(qdq, backend="interpreter")
     reference = session(qdq)
     for x in HELD_OUT[:4]:
@@ -129,8 +130,10 @@ def test_relu_is_a_floor_at_the_zero_point():
     names = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"]
     node = helper.make_node("QLinearConv", names, ["y"], pads=[1, 1, 1, 1], strides=[2, 1])
     plain = ReferenceEvaluator(node).run(None, dict(zip(names, args)))[0]
-    np.testing.assert_array_equal(op.compute(conv.attrs, *args), np.maximum(plain, YZ))
-    np.testing.assert_array_equal(op.compute({**conv.attrs, "relu": False}, *args), plain)
+    assert conv.attrs["float32"]  # onnxruntime's requantization; onnx.reference's is float64
+    attrs = {**conv.attrs, "float32": False}
+    np.testing.assert_array_equal(op.compute(attrs, *args), np.maximum(plain, YZ))
+    np.testing.assert_array_equal(op.compute({**attrs, "relu": False}, *args), plain)
 
 
 def test_bias_with_another_scale_stays_float():
@@ -173,4 +176,30 @@ def test_matmul_add_relu_pattern():
     compiled, run = glowpy.compile(model, backend="interpreter"), session(model)
     for _ in range(4):
         f = {"x": (R.standard_normal((5, 16)) * 3).astype(np.float32)}
+        np.testing.assert_array_equal(compiled.run(f)["y"], run.run(None, f)[0])
+
+
+@pytest.mark.parametrize("relu", [False, True], ids=["add", "add-relu"])
+def test_add_pattern_broadcasting(relu):
+    """DQ(a) + DQ(b) (b broadcast) -> Q becomes QLinearAdd; with a Relu before the Q it stays float, as
+    onnxruntime runs it. Either way the result equals onnxruntime's execution."""
+    inits = {"as": np.float32(0.03), "az": np.uint8(128), "bs": np.float32(0.07), "bz": np.uint8(90),
+             "ys": YS, "yz": YZ}
+    n = helper.make_node
+    nodes = [n("QuantizeLinear", ["a", "as", "az"], ["aq"]), n("DequantizeLinear", ["aq", "as", "az"], ["ad"]),
+             n("QuantizeLinear", ["b", "bs", "bz"], ["bq"]), n("DequantizeLinear", ["bq", "bs", "bz"], ["bd"]),
+             n("Add", ["ad", "bd"], ["s"]), *([n("Relu", ["s"], ["r"])] if relu else []),
+             n("QuantizeLinear", ["r" if relu else "s", "ys", "yz"], ["yq"]),
+             n("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3, 4, 5]),
+                                             helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, 1, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    ops = ops_after(model)
+    assert (ops["QLinearAdd"] == 0 and ops["Add"] == 1) if relu else (ops["QLinearAdd"] == 1 and "Add" not in ops), ops
+    compiled, run = glowpy.compile(model, backend="interpreter"), session(model)
+    for _ in range(4):
+        f = {"a": (R.standard_normal((2, 3, 4, 5)) * 3).astype(np.float32),
+             "b": (R.standard_normal((3, 1, 5)) * 5).astype(np.float32)}
         np.testing.assert_array_equal(compiled.run(f)["y"], run.run(None, f)[0])

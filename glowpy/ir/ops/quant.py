@@ -238,9 +238,11 @@ def _conv_shape(attrs: dict, x: TensorType, w: TensorType) -> tuple[int, ...]:
 
 
 CONV_ATTRS = {"group": 1, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED}
-# `relu` (IR only, set by the QDQ rewrite): the output is at least y_zero_point, which is exactly
-# quantize(relu(v)) since quantization is monotonic and maps 0 to the zero point.
-QLINEAR_ATTRS = {"relu": False}
+# IR only, set by the QDQ rewrite. `relu`: the output is at least y_zero_point, which is exactly
+# quantize(relu(v)) since quantization is monotonic and maps 0 to the zero point. `float32`: the
+# requantizing product in float32, as onnxruntime's int8 kernels (which execute QDQ models) compute it,
+# not in float64 as onnx.reference does (the two differ where the product lands near a half).
+QLINEAR_ATTRS = {"relu": False, "float32": False}
 
 
 def _conv_integer_infer(attrs: dict, x: TensorType, w: TensorType, xz: TensorType, wz: TensorType) -> TensorType:
@@ -258,11 +260,14 @@ def conv_integer(attrs: dict, x: np.ndarray, w: np.ndarray, xz: np.ndarray, wz: 
     return _conv_acc(attrs, x, xz, w, wz)
 
 
-def _requantize(acc: np.ndarray, multiplier: np.ndarray, yz: np.ndarray, relu: bool = False) -> np.ndarray:
+def _requantize(acc: np.ndarray, multiplier: np.ndarray, yz: np.ndarray, attrs: dict | None = None) -> np.ndarray:
     """saturate(round_half_even(acc * multiplier) + y_zero_point): the int32 accumulator times a
-    multiplier computed in the scales' type, the product in float64 (as onnx.reference); with `relu`,
-    at least y_zero_point."""
-    y = np.rint(acc.astype(np.float64) * multiplier.astype(np.float64)) + yz.astype(np.float64)
+    multiplier computed in the scales' type, the product in float64 (as onnx.reference) or float32
+    (QLINEAR_ATTRS); with `relu`, at least y_zero_point."""
+    attrs = attrs or {}
+    t = np.float32 if attrs.get("float32") else np.float64
+    y = np.rint(acc.astype(t) * multiplier.astype(t)).astype(np.float64) + yz.astype(np.float64)
+    relu = attrs.get("relu", False)
     return saturate(np.maximum(y, yz.astype(np.float64)) if relu else y, yz.dtype)
 
 
@@ -293,7 +298,7 @@ def qlinear_conv(attrs: dict, x, xs, xz, w, ws, wz, ys, yz, b) -> np.ndarray:
     acc = _conv_acc(attrs, x, xz, w, wz, b)
     mult = (xs.reshape(()) * ws / ys.reshape(())).astype(np.float32)
     mult = mult.reshape(-1, *([1] * (acc.ndim - 2))) if mult.size > 1 else mult.reshape(())
-    return _requantize(acc, mult, yz.reshape(()), attrs["relu"])
+    return _requantize(acc, mult, yz.reshape(()), attrs)
 
 
 def _matmul_integer_infer(attrs: dict, a: TensorType, b: TensorType, az: TensorType, bz: TensorType) -> TensorType:
@@ -342,7 +347,65 @@ def qlinear_matmul(attrs: dict, a, as_, az, b, bs, bz, ys, yz, bias=None) -> np.
     b2 = b[:, None] if b.ndim == 1 else b
     acc = np.matmul(_centered(a2, az), _centered(b2, bz))
     acc = _wrap_int32(acc if bias is None else acc + bias.astype(np.float64))
-    y = _requantize(acc, as_ * bs / ys.reshape(()), yz.reshape(()), attrs["relu"])
+    y = _requantize(acc, as_ * bs / ys.reshape(()), yz.reshape(()), attrs)
     if a.ndim == 1:
         y = y[..., 0, :]
     return y[..., 0] if b.ndim == 1 else y
+
+
+# --- ops onnxruntime's QDQ rewrites produce (IR only) ------------------------------------------------
+
+
+def _per_tensor_8bit(name: str, pairs: tuple) -> None:
+    for what, s, z in pairs:
+        if s.dtype != F32:
+            raise UnsupportedDatatype(f"{what}_scale must be float32", op=name, expected="float32", found=str(s.dtype))
+        _scalar(name, f"{what}_scale", s)
+        _scalar(name, f"{what}_zero_point", z)
+
+
+def _qlinear_add_infer(attrs: dict, a, as_, az, b, bs, bz, ys, yz) -> TensorType:
+    name = "QLinearAdd"
+    _int_operand(name, "A", a, az)
+    _int_operand(name, "B", b, bz)
+    _int_operand(name, "y_zero_point", yz, yz)
+    _per_tensor_8bit(name, (("a", as_, az), ("b", bs, bz), ("y", ys, yz)))
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise MismatchingShape("operands do not broadcast", op=name, expected=list(a.shape),
+                               found=list(b.shape)) from None
+    return TensorType(yz.dtype, tuple(shape))
+
+
+@op("QLinearAdd", infer=_qlinear_add_infer, inputs=(8, 8), dtypes=MATMUL_INT_TYPES)
+def qlinear_add(attrs: dict, a, as_, az, b, bs, bz, ys, yz) -> np.ndarray:
+    """Quantized Add, in float32 as onnxruntime's kernel (what its QDQ Add becomes): y = round_half_even(
+    a_scale / y_scale * (A - a_zp) + b_scale / y_scale * (B - b_zp)) + y_zp, saturated."""
+    ys, yz = ys.reshape(()), yz.reshape(())
+    ra, rb = np.float32(as_.reshape(()) / ys), np.float32(bs.reshape(()) / ys)
+    va = ra * (a.astype(np.int32) - az.reshape(()).astype(np.int32)).astype(np.float32)
+    vb = rb * (b.astype(np.int32) - bz.reshape(()).astype(np.int32)).astype(np.float32)
+    return saturate(np.rint(va + vb).astype(np.float64) + yz.astype(np.float64), yz.dtype)
+
+
+def _qlinear_gap_infer(attrs: dict, x, xs, xz, ys, yz) -> TensorType:
+    name = "QLinearGlobalAveragePool"
+    _int_operand(name, "X", x, xz)
+    _int_operand(name, "y_zero_point", yz, yz)
+    _per_tensor_8bit(name, (("x", xs, xz), ("y", ys, yz)))
+    if x.rank < 3:
+        raise MismatchingShape("input needs a spatial dim", op=name, expected="rank >= 3", found=list(x.shape))
+    return TensorType(yz.dtype, x.shape[:2] + (1,) * (x.rank - 2))
+
+
+@op("QLinearGlobalAveragePool", infer=_qlinear_gap_infer, inputs=(5, 5), dtypes=MATMUL_INT_TYPES)
+def qlinear_global_average_pool(attrs: dict, x, xs, xz, ys, yz) -> np.ndarray:
+    """Quantized GlobalAveragePool as onnxruntime's kernel: the exact int32 sum of (X - x_zp) over the
+    spatial dims times x_scale / (y_scale * count) in float32, rounded half to even, plus y_zp."""
+    spatial = tuple(range(2, x.ndim))
+    count = math.prod(x.shape[2:])
+    acc = (x.astype(np.int64) - xz.reshape(()).astype(np.int64)).sum(axis=spatial, keepdims=True)
+    scale = np.float32(xs.reshape(()) / (ys.reshape(()) * np.float32(count)))
+    return saturate(np.rint(acc.astype(np.float32) * scale).astype(np.float64) + yz.reshape(()).astype(np.float64),
+                    yz.dtype)
