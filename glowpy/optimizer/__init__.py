@@ -30,6 +30,13 @@ from glowpy.optimizer.manager import (
     stage_and_pass_names,
     verify_by_default,
 )
+from glowpy.optimizer.quant import (
+    fold_qdq_data_movement,
+    rewrite_qdq_add,
+    rewrite_qdq_conv,
+    rewrite_qdq_global_average_pool,
+    rewrite_qdq_matmul,
+)
 from glowpy.optimizer.simplify import (
     eliminate_common_subexpressions,
     eliminate_dead_code,
@@ -53,6 +60,16 @@ SIMPLIFY = (
 )
 
 PIPELINE: tuple[Stage, ...] = (
+    # QDQ patterns into integer ops, before constant folding turns their weights' DequantizeLinear
+    # into float weights.
+    Stage("quantized", (
+        Pass("rewrite_qdq_conv", rewrite_qdq_conv),
+        Pass("rewrite_qdq_matmul", rewrite_qdq_matmul),
+        Pass("rewrite_qdq_add", rewrite_qdq_add),
+        Pass("rewrite_qdq_global_average_pool", rewrite_qdq_global_average_pool),
+        Pass("fold_qdq_data_movement", fold_qdq_data_movement),
+        Pass("eliminate_dead_code", eliminate_dead_code),
+    ), fixed_point=True),
     # Clean the imported graph: weights computed by the model become constants.
     Stage("simplify", SIMPLIFY, fixed_point=True),
     # Per-channel arithmetic into the weights of the op that produced it.
@@ -140,6 +157,7 @@ __all__ = [
     "fold_batchnorm",
     "fold_channel_affine",
     "fold_constants",
+    "fold_qdq_data_movement",
     "fuse_activation",
     "fuse_residual_add",
     "gemm_to_fully_connected",
@@ -151,6 +169,10 @@ __all__ = [
     "optimize",
     "pass_names",
     "remove_noops",
+    "rewrite_qdq_add",
+    "rewrite_qdq_conv",
+    "rewrite_qdq_global_average_pool",
+    "rewrite_qdq_matmul",
     "run_pass",
     "sink_transposes",
 ]

@@ -25,12 +25,12 @@ def small_net() -> Graph:
 
 
 def test_pipeline_is_a_readable_table_of_contents() -> None:
-    assert [s.name for s in PIPELINE] == ["simplify", "fold", "lower", "resimplify", "fuse", "cleanup"]
+    assert [s.name for s in PIPELINE] == ["quantized", "simplify", "fold", "lower", "resimplify", "fuse", "cleanup"]
     for stage in PIPELINE:
         for p in stage.passes:
             assert p.doc, f"pass {p.name} has no docstring"
             assert p.fn.__name__ == p.name
-    assert pass_names()[:3] == ["simplify", "eliminate_dead_code", "remove_noops"]
+    assert pass_names()[:2] == ["quantized", "rewrite_qdq_conv"]
 
 
 def test_optimize_small_net_matches_and_leaves_input_alone() -> None:

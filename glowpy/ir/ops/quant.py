@@ -215,10 +215,15 @@ def _centered(x: np.ndarray, zp: np.ndarray) -> np.ndarray:
     return (x.astype(np.int64) - zp.astype(np.int64)).astype(np.float64)
 
 
+def _conv_only(attrs: dict) -> dict:
+    return {k: attrs[k] for k in CONV_ATTRS}
+
+
 def _conv_acc(attrs: dict, x: np.ndarray, xz: np.ndarray, w: np.ndarray, wz: np.ndarray,
               bias: np.ndarray | None = None) -> np.ndarray:
     """The int32 accumulator of a quantized convolution: Conv's reference on exact float64 integers."""
     conv = get_op("Conv")
+    attrs = _conv_only(attrs)
     wzr = wz.reshape(-1, *([1] * (w.ndim - 1))) if wz.size > 1 else wz.reshape(())
     b = np.zeros(w.shape[0]) if bias is None else bias.astype(np.float64)
     acc = conv.compute(conv.make_attrs(attrs), _centered(x, xz.reshape(())), _centered(w, wzr), b)
@@ -228,11 +233,16 @@ def _conv_acc(attrs: dict, x: np.ndarray, xz: np.ndarray, w: np.ndarray, wz: np.
 def _conv_shape(attrs: dict, x: TensorType, w: TensorType) -> tuple[int, ...]:
     conv = get_op("Conv")
     f64 = np.dtype(np.float64)
-    return conv.infer(conv.make_attrs(attrs), TensorType(f64, x.shape), TensorType(f64, w.shape),
+    return conv.infer(conv.make_attrs(_conv_only(attrs)), TensorType(f64, x.shape), TensorType(f64, w.shape),
                       TensorType(f64, (w.shape[0],))).shape
 
 
 CONV_ATTRS = {"group": 1, "strides": REQUIRED, "pads": REQUIRED, "dilations": REQUIRED}
+# IR only, set by the QDQ rewrite. `relu`: the output is at least y_zero_point, which is exactly
+# quantize(relu(v)) since quantization is monotonic and maps 0 to the zero point. `float32`: the
+# requantizing product in float32, as onnxruntime's int8 kernels (which execute QDQ models) compute it,
+# not in float64 as onnx.reference does (the two differ where the product lands near a half).
+QLINEAR_ATTRS = {"relu": False, "float32": False}
 
 
 def _conv_integer_infer(attrs: dict, x: TensorType, w: TensorType, xz: TensorType, wz: TensorType) -> TensorType:
@@ -250,11 +260,15 @@ def conv_integer(attrs: dict, x: np.ndarray, w: np.ndarray, xz: np.ndarray, wz: 
     return _conv_acc(attrs, x, xz, w, wz)
 
 
-def _requantize(acc: np.ndarray, multiplier: np.ndarray, yz: np.ndarray) -> np.ndarray:
+def _requantize(acc: np.ndarray, multiplier: np.ndarray, yz: np.ndarray, attrs: dict | None = None) -> np.ndarray:
     """saturate(round_half_even(acc * multiplier) + y_zero_point): the int32 accumulator times a
-    multiplier computed in the scales' type, the product in float64 (as onnx.reference)."""
-    return saturate(np.rint(acc.astype(np.float64) * multiplier.astype(np.float64)) + yz.astype(np.float64),
-                    yz.dtype)
+    multiplier computed in the scales' type, the product in float64 (as onnx.reference) or float32
+    (QLINEAR_ATTRS); with `relu`, at least y_zero_point."""
+    attrs = attrs or {}
+    t = np.float32 if attrs.get("float32") else np.float64
+    y = np.rint(acc.astype(t) * multiplier.astype(t)).astype(np.float64) + yz.astype(np.float64)
+    relu = attrs.get("relu", False)
+    return saturate(np.maximum(y, yz.astype(np.float64)) if relu else y, yz.dtype)
 
 
 def _qlinear_conv_infer(attrs: dict, x, xs, xz, w, ws, wz, ys, yz, b) -> TensorType:
@@ -276,14 +290,15 @@ def _qlinear_conv_infer(attrs: dict, x, xs, xz, w, ws, wz, ys, yz, b) -> TensorT
     return TensorType(yz.dtype, shape)
 
 
-@op("QLinearConv", infer=_qlinear_conv_infer, inputs=(9, 9), dtypes=MATMUL_INT_TYPES, attrs=dict(CONV_ATTRS))
+@op("QLinearConv", infer=_qlinear_conv_infer, inputs=(9, 9), dtypes=MATMUL_INT_TYPES,
+    attrs={**CONV_ATTRS, **QLINEAR_ATTRS})
 def qlinear_conv(attrs: dict, x, xs, xz, w, ws, wz, ys, yz, b) -> np.ndarray:
     """Quantized convolution: the int32 accumulator of the centered operands plus the int32 bias,
     requantized by x_scale * w_scale / y_scale (per output channel if w_scale is)."""
     acc = _conv_acc(attrs, x, xz, w, wz, b)
     mult = (xs.reshape(()) * ws / ys.reshape(())).astype(np.float32)
     mult = mult.reshape(-1, *([1] * (acc.ndim - 2))) if mult.size > 1 else mult.reshape(())
-    return _requantize(acc, mult, yz.reshape(()))
+    return _requantize(acc, mult, yz.reshape(()), attrs)
 
 
 def _matmul_integer_infer(attrs: dict, a: TensorType, b: TensorType, az: TensorType, bz: TensorType) -> TensorType:
@@ -300,7 +315,7 @@ def matmul_integer(attrs: dict, a: np.ndarray, b: np.ndarray, az: np.ndarray, bz
     return _wrap_int32(np.matmul(_centered(a, az), _centered(b, bz)))
 
 
-def _qlinear_matmul_infer(attrs: dict, a, as_, az, b, bs, bz, ys, yz) -> TensorType:
+def _qlinear_matmul_infer(attrs: dict, a, as_, az, b, bs, bz, ys, yz, bias=None) -> TensorType:
     name = "QLinearMatMul"
     _int_operand(name, "a", a, az)
     _int_operand(name, "b", b, bz)
@@ -313,18 +328,84 @@ def _qlinear_matmul_infer(attrs: dict, a, as_, az, b, bs, bz, ys, yz) -> TensorT
     _row_col_param(name, "a_scale", as_, a, row=True)
     _row_col_param(name, "b_scale", bs, b, row=False)
     _scalar(name, "y_scale", ys)
-    return TensorType(yz.dtype, matmul_shape(a.shape, b.shape, name))
+    shape = matmul_shape(a.shape, b.shape, name)
+    n = b.shape[-1] if b.rank >= 2 else 1
+    if bias is not None and (bias.dtype != I32 or bias.shape != (n,)):
+        raise MismatchingShape("bias must be int32 with one value per column of B", op=name,
+                               expected=f"int32 [{n}]", found=f"{bias.dtype} {list(bias.shape)}")
+    return TensorType(yz.dtype, shape)
 
 
-@op("QLinearMatMul", infer=_qlinear_matmul_infer, inputs=(8, 8), dtypes=MATMUL_INT_TYPES)
-def qlinear_matmul(attrs: dict, a, as_, az, b, bs, bz, ys, yz) -> np.ndarray:
-    """Quantized matmul: the int32 product of the centered operands requantized by
-    a_scale * b_scale / y_scale (computed in the scales' type). 1-D operands are promoted to matrices
-    for the product, so per-row and per-column multipliers line up, and squeezed again."""
+@op("QLinearMatMul", infer=_qlinear_matmul_infer, inputs=(8, 9), dtypes=MATMUL_INT_TYPES,
+    attrs=dict(QLINEAR_ATTRS))
+def qlinear_matmul(attrs: dict, a, as_, az, b, bs, bz, ys, yz, bias=None) -> np.ndarray:
+    """Quantized matmul: the int32 product of the centered operands (plus the optional int32 bias per
+    column, IR only: set by the QDQ rewrite) requantized by a_scale * b_scale / y_scale (computed in
+    the scales' type). 1-D operands are promoted to matrices for the product, so per-row and
+    per-column multipliers line up, and squeezed again."""
     a2 = a[None] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
-    acc = _wrap_int32(np.matmul(_centered(a2, az), _centered(b2, bz)))
-    y = _requantize(acc, as_ * bs / ys.reshape(()), yz.reshape(()))
+    acc = np.matmul(_centered(a2, az), _centered(b2, bz))
+    acc = _wrap_int32(acc if bias is None else acc + bias.astype(np.float64))
+    y = _requantize(acc, as_ * bs / ys.reshape(()), yz.reshape(()), attrs)
     if a.ndim == 1:
         y = y[..., 0, :]
     return y[..., 0] if b.ndim == 1 else y
+
+
+# --- ops onnxruntime's QDQ rewrites produce (IR only) ------------------------------------------------
+
+
+def _per_tensor_8bit(name: str, pairs: tuple) -> None:
+    for what, s, z in pairs:
+        if s.dtype != F32:
+            raise UnsupportedDatatype(f"{what}_scale must be float32", op=name, expected="float32", found=str(s.dtype))
+        _scalar(name, f"{what}_scale", s)
+        _scalar(name, f"{what}_zero_point", z)
+
+
+def _qlinear_add_infer(attrs: dict, a, as_, az, b, bs, bz, ys, yz) -> TensorType:
+    name = "QLinearAdd"
+    _int_operand(name, "A", a, az)
+    _int_operand(name, "B", b, bz)
+    _int_operand(name, "y_zero_point", yz, yz)
+    _per_tensor_8bit(name, (("a", as_, az), ("b", bs, bz), ("y", ys, yz)))
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise MismatchingShape("operands do not broadcast", op=name, expected=list(a.shape),
+                               found=list(b.shape)) from None
+    return TensorType(yz.dtype, tuple(shape))
+
+
+@op("QLinearAdd", infer=_qlinear_add_infer, inputs=(8, 8), dtypes=MATMUL_INT_TYPES)
+def qlinear_add(attrs: dict, a, as_, az, b, bs, bz, ys, yz) -> np.ndarray:
+    """Quantized Add, in float32 as onnxruntime's kernel (what its QDQ Add becomes): y = round_half_even(
+    a_scale / y_scale * (A - a_zp) + b_scale / y_scale * (B - b_zp)) + y_zp, saturated."""
+    ys, yz = ys.reshape(()), yz.reshape(())
+    ra, rb = np.float32(as_.reshape(()) / ys), np.float32(bs.reshape(()) / ys)
+    va = ra * (a.astype(np.int32) - az.reshape(()).astype(np.int32)).astype(np.float32)
+    vb = rb * (b.astype(np.int32) - bz.reshape(()).astype(np.int32)).astype(np.float32)
+    return saturate(np.rint(va + vb).astype(np.float64) + yz.astype(np.float64), yz.dtype)
+
+
+def _qlinear_gap_infer(attrs: dict, x, xs, xz, ys, yz) -> TensorType:
+    name = "QLinearGlobalAveragePool"
+    _int_operand(name, "X", x, xz)
+    _int_operand(name, "y_zero_point", yz, yz)
+    _per_tensor_8bit(name, (("x", xs, xz), ("y", ys, yz)))
+    if x.rank < 3:
+        raise MismatchingShape("input needs a spatial dim", op=name, expected="rank >= 3", found=list(x.shape))
+    return TensorType(yz.dtype, x.shape[:2] + (1,) * (x.rank - 2))
+
+
+@op("QLinearGlobalAveragePool", infer=_qlinear_gap_infer, inputs=(5, 5), dtypes=MATMUL_INT_TYPES)
+def qlinear_global_average_pool(attrs: dict, x, xs, xz, ys, yz) -> np.ndarray:
+    """Quantized GlobalAveragePool as onnxruntime's kernel: the exact int32 sum of (X - x_zp) over the
+    spatial dims times x_scale / (y_scale * count) in float32, rounded half to even, plus y_zp."""
+    spatial = tuple(range(2, x.ndim))
+    count = math.prod(x.shape[2:])
+    acc = (x.astype(np.int64) - xz.reshape(()).astype(np.int64)).sum(axis=spatial, keepdims=True)
+    scale = np.float32(xs.reshape(()) / (ys.reshape(()) * np.float32(count)))
+    return saturate(np.rint(acc.astype(np.float32) * scale).astype(np.float64) + yz.reshape(()).astype(np.float64),
+                    yz.dtype)

@@ -1,0 +1,138 @@
+"""Int8 acceptance figures (issue 14): zoo models quantized by onnxruntime.quantization.quantize_static
+(QDQ, per-channel int8 weights, uint8 activations, seeded calibration data); glowpy's int8 result against
+onnxruntime's (share of output elements within one quantization step of the output) and latency at one
+thread: glowpy int8 vs onnxruntime int8 vs glowpy fp32 (and onnxruntime fp32 for scale).
+
+    PYTHONPATH=$PWD python tools/bench_int8.py [--models resnet50.torchscript mobilenet_v2.torchscript]
+        [--calibration 8] [--runs 5]
+
+glowpy int8 runs on the cpu backend when it compiles the quantized model, else on the interpreter
+(accuracy only; its latency is not a figure of merit and is printed as such).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnxruntime import quantization
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import glowpy  # noqa: E402
+from glowpy.errors import GlowpyError  # noqa: E402
+from tests.zoo.realize import SKELETON_DIR, make_inputs, realize  # noqa: E402
+
+
+def session(path: str) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def quantize_static(model: onnx.ModelProto, feeds: list[dict], work: Path) -> onnx.ModelProto:
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    src, dst = work / "float.onnx", work / "qdq.onnx"
+    onnx.save(model, src)
+    quantization.quantize_static(str(src), str(dst), Reader(), quant_format=quantization.QuantFormat.QDQ,
+                                 per_channel=True, activation_type=quantization.QuantType.QUInt8,
+                                 weight_type=quantization.QuantType.QInt8)
+    return onnx.load(str(dst))
+
+
+def output_step(qdq: onnx.ModelProto, name: str) -> float:
+    """The quantization step of graph output `name`: the scale of the DequantizeLinear producing it,
+    else of the one feeding the op that does (onnxruntime leaves a float op such as Softmax last)."""
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in qdq.graph.initializer}
+    producers = {o: n for n in qdq.graph.node for o in n.output}
+    node = producers[name]
+    for _ in range(4):
+        if node.op_type == "DequantizeLinear":
+            return float(inits[node.input[1]].reshape(-1)[0])
+        node = producers[node.input[0]]
+    raise SystemExit(f"no DequantizeLinear before output {name}")
+
+
+def timed(fn, runs: int) -> float:
+    fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def bench(name: str, calibration: int, runs: int) -> None:
+    model = realize(SKELETON_DIR / f"{name}.onnx", 0)
+    feed = make_inputs(model, 1)[0]
+    (input_name, x), = feed.items()
+    rng = np.random.default_rng(3)
+    calib = [{input_name: rng.standard_normal(x.shape).astype(x.dtype)} for _ in range(calibration)]
+    with tempfile.TemporaryDirectory() as d:
+        qdq = quantize_static(model, calib, Path(d))
+        onnx.save(model, Path(d) / "f.onnx")
+        onnx.save(qdq, Path(d) / "q.onnx")
+        ort_fp32, ort_int8 = session(str(Path(d) / "f.onnx")), session(str(Path(d) / "q.onnx"))
+    out = ort_int8.get_outputs()[0].name
+    want = ort_int8.run([out], feed)[0]
+    step = output_step(qdq, out)
+    try:
+        g_int8, backend = glowpy.compile(qdq, backend="cpu"), "cpu"
+    except GlowpyError as e:
+        print(f"  glowpy cpu refuses the int8 model: {type(e).__name__}: {e}")
+        g_int8, backend = glowpy.compile(qdq, backend="interpreter"), "interpreter"
+    t = time.perf_counter()
+    got = g_int8.run(feed)[out]
+    first = (time.perf_counter() - t) * 1e3
+    within = float(np.mean(np.abs(got - want) <= step * 1.0001))
+    exact = float(np.mean(got == want))
+    g_fp32 = glowpy.compile(model, backend="cpu")
+    ms = {
+        "onnxruntime int8": timed(lambda: ort_int8.run([out], feed), runs),
+        "onnxruntime fp32": timed(lambda: ort_fp32.run(None, feed), runs),
+        "glowpy fp32 (cpu)": timed(lambda: g_fp32.run(feed), runs),
+    }
+    if backend == "cpu":
+        ms["glowpy int8 (cpu)"] = timed(lambda: g_int8.run(feed), runs)
+    print(f"{name}: output {out} {list(want.shape)}, step {step:.4g}; glowpy int8 on {backend}: "
+          f"{within:.2%} within one step, {exact:.2%} equal, max |diff| {np.abs(got - want).max():.4g}")
+    for k, v in ms.items():
+        print(f"  {k:20s} {v:9.2f} ms")
+    if backend == "cpu":
+        print(f"  glowpy int8 / onnxruntime int8 = {ms['glowpy int8 (cpu)'] / ms['onnxruntime int8']:.2f}x, "
+              f"glowpy int8 / glowpy fp32 = {ms['glowpy int8 (cpu)'] / ms['glowpy fp32 (cpu)']:.2f}x")
+    else:
+        print(f"  glowpy int8 (interpreter, one run) {first:9.2f} ms")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["resnet50.torchscript", "mobilenet_v2.torchscript"])
+    ap.add_argument("--calibration", type=int, default=8)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    import llvmlite.binding as llvm
+
+    print(f"host cpu {llvm.get_host_cpu_name()}, onnxruntime {ort.__version__}")
+    for name in args.models:
+        bench(name, args.calibration, args.runs)
+
+
+if __name__ == "__main__":
+    main()
