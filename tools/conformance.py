@@ -90,6 +90,8 @@ def run_case(case, backend: str) -> tuple[str, str]:
                 ok = np.allclose(actual, expected, rtol=max(case.rtol, floor),
                                  atol=max(case.atol, floor if expected.dtype == np.float16 else 1e-5),
                                  equal_nan=True)
+            elif expected.dtype.isbuiltin != 1:  # ml_dtypes' types (bfloat16, float8, int4, ...): exact, NaN == NaN
+                ok = np.array_equal(actual.astype(np.float64), expected.astype(np.float64), equal_nan=True)
             else:
                 ok = np.array_equal(actual, expected)
             if not ok:
