@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import onnx
-from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TypeProto
+from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TypeProto
 
 from glowpy.errors import UnsupportedAttribute
 from glowpy.importer.table import normalize_domain
@@ -140,6 +140,8 @@ def instantiate(node: NodeProto, function: Function, model_opsets: dict[str, int
         for a in b.attribute:
             if not a.ref_attr_name:
                 out.attribute.append(a)
+                for g in ([out.attribute[-1].g] if a.type == AttributeProto.GRAPH else out.attribute[-1].graphs):
+                    _rename_captures(g, rename, set())
                 continue
             src = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
             if src is None:
@@ -152,6 +154,20 @@ def instantiate(node: NodeProto, function: Function, model_opsets: dict[str, int
     opsets = dict(model_opsets)
     opsets.update({normalize_domain(o.domain): o.version for o in fn.opset_import})
     return Body(nodes, opsets)
+
+
+def _rename_captures(g: GraphProto, rename: dict[str, str], outer_local: set[str]) -> None:
+    """A control-flow body inside a function reads the function's local values by their names in the
+    function: give those reads the names the instantiation gave the values (in place)."""
+    local = outer_local | {i.name for i in g.input} | {t.name for t in g.initializer} | {
+        o for n in g.node for o in n.output}
+    for n in g.node:
+        for k, x in enumerate(n.input):
+            if x and x not in local and x in rename:
+                n.input[k] = rename[x]
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == AttributeProto.GRAPH else a.graphs):
+                _rename_captures(sub, rename, local)
 
 
 __all__ = ["MAX_DEPTH", "Body", "Function", "check_attributes", "find_function", "instantiate", "needs_types"]
