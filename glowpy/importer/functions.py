@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import onnx
-from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TypeProto
+from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TypeProto
 
 from glowpy.errors import UnsupportedAttribute
 from glowpy.importer.table import normalize_domain
@@ -111,8 +111,8 @@ def _rename_reads(g: onnx.GraphProto, rename: dict[str, str], local: set[str]) -
             if x and x not in local and x in rename:
                 n.input[i] = rename[x]
         for a in n.attribute:
-            if a.type == AttributeProto.GRAPH:
-                _rename_reads(a.g, rename, local)
+            for sub in ([a.g] if a.type == AttributeProto.GRAPH else a.graphs):
+                _rename_reads(sub, rename, local)
     for o in g.output:
         if o.name not in local and o.name in rename:
             o.name = rename[o.name]
@@ -155,8 +155,8 @@ def instantiate(node: NodeProto, function: Function, model_opsets: dict[str, int
         for a in b.attribute:
             if not a.ref_attr_name:
                 out.attribute.append(a)
-                if a.type == AttributeProto.GRAPH:  # a body reads the function's values by their new names
-                    _rename_reads(out.attribute[-1].g, rename, set())
+                for g in ([out.attribute[-1].g] if a.type == AttributeProto.GRAPH else out.attribute[-1].graphs):
+                    _rename_reads(g, rename, set())  # a body reads the function's values by their new names
                 continue
             src = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
             if src is None:

@@ -11,13 +11,12 @@ rebuilds the Hermitian half (numpy's irfft).
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
 
 from glowpy.errors import InvalidModel
 from glowpy.importer.context import NodeContext
 from glowpy.importer.table import BOOL_INT, INT, onnx_op
 from glowpy.ir.graph import Value
-from glowpy.ir.types import FLOAT_TYPES, NUMERIC_TYPES, dtype_from_onnx
+from glowpy.ir.types import FLOAT_TYPES
 
 AXIS_INPUT_SINCE = 20
 
@@ -126,42 +125,3 @@ def stft(ctx: NodeContext) -> list[Value]:
     y = ctx.emit1("MatMul", [y, ctx.constant(m.astype(x.dtype), "dft_matrix")])
     return ctx.emit("Reshape", [y], {"shape": (batch, frames, m.shape[1] // 2, 2)})
 
-
-def mel_weight_matrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz) -> np.ndarray:
-    """[dft_length // 2 + 1, num_mel_bins] float64 triangular filters, computed as onnx.reference does
-    (the operands keep their element types, so the bin edges round alike)."""
-    num_mel_bins, dft_length = int(num_mel_bins), int(dft_length)
-    edges = np.arange(0, num_mel_bins + 2)
-    low = 2595 * np.log1p(lower_edge_hertz / 700) / np.log(10)
-    high = 2595 * np.log1p(upper_edge_hertz / 700) / np.log(10)
-    edges = edges * ((high - low) / edges.shape[0]) + low
-    edges = 700 * np.expm1(edges / 2595 * np.log(10))
-    edges = (((dft_length + 1) * edges) // sample_rate).astype(int)
-    out = np.zeros((dft_length // 2 + 1, num_mel_bins))
-    for i in range(num_mel_bins):
-        lo, mid, hi = edges[i], edges[i + 1], edges[i + 2]
-        if mid == lo:
-            out[mid, i] = 1
-        else:
-            out[lo:mid + 1, i] = (np.arange(lo, mid + 1) - lo) / float(mid - lo)
-        if hi > mid:
-            out[mid:hi, i] = (hi - np.arange(mid, hi)) / float(hi - mid)
-    return out
-
-
-@onnx_op("MelWeightMatrix", attrs={"output_datatype": INT}, since=17, const_inputs=(0, 1, 2, 3, 4),
-         dtypes=NUMERIC_TYPES)
-def mel_weight(ctx: NodeContext) -> list[Value]:
-    """All operands are constants: the matrix is one."""
-    given = [ctx.const(i) for i in range(5)]
-    if any(a is None for a in given):
-        raise ctx.unsupported("MelWeightMatrix needs constant operands", found="a run-time input")
-    args = [np.asarray(a).reshape(()) for a in given]
-    num_mel_bins, dft_length, sample_rate, lo, hi = args
-    if int(num_mel_bins) < 1 or int(dft_length) < 1 or int(sample_rate) <= 0 or not 0 <= lo < hi <= sample_rate / 2:
-        raise ctx.error(InvalidModel, "MelWeightMatrix needs positive sizes and 0 <= lower < upper <= sample_rate / 2",
-                        found=f"num_mel_bins {num_mel_bins}, dft_length {dft_length}, sample_rate {sample_rate}, "
-                              f"edges {lo}, {hi}")
-    dtype = dtype_from_onnx(ctx.attr("output_datatype", TensorProto.FLOAT))
-    m = mel_weight_matrix(num_mel_bins, dft_length, sample_rate, lo, hi)
-    return [ctx.output_constant(0, m.astype(dtype))]

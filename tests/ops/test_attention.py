@@ -91,3 +91,19 @@ def test_attention_nonpad_kv_seqlen_opset24(backend):
     q, k, v = _qkv(2, 2, 1, 2, 5, 4, seed=12)
     check(backend, "Attention", [q, k, v, None, None, None, np.array([3, 5], dtype=np.int64)], opset=24,
           attrs={"is_causal": 0})
+
+
+# LinearAttention (opset 27) imports through its context-dependent function body, whose Scan body reads
+# the function's local constants: the instantiation renames those reads (importer/functions.py).
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rule", ["linear", "gated"])
+def test_linear_attention_function_body(backend, rule):
+    b, s, h, d = 1, 3, 2, 4
+    q, k, v = randn(b, s, h * d, seed=20), randn(b, s, h * d, seed=21), randn(b, s, h * d, seed=22)
+    operands = [q, k, v]
+    if rule == "gated":
+        past = randn(b, h, d, d, seed=23)
+        decay = (-np.abs(randn(b, s, h, seed=24))).astype(np.float32)
+        operands += [past, decay]
+    check(backend, "LinearAttention", operands, opset=27, outputs=["out", "state"],
+          attrs={"q_num_heads": h, "kv_num_heads": h, "update_rule": rule}, atol=1e-4)

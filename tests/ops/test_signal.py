@@ -48,16 +48,3 @@ def test_stft_complex_signal_without_window():
     check("interpreter", "STFT", [randn(1, 9, 2, seed=5), Const(np.array(2, np.int64)), None,
                                   Const(np.array(4, np.int64))], opset=17, attrs={"onesided": 0}, atol=1e-4)
 
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_mel_weight_matrix_output_datatype(backend):
-    operands = [Const(np.array(12, np.int64)), Const(np.array(64, np.int64)), Const(np.array(16000, np.int64)),
-                Const(np.array(50.0, np.float32)), Const(np.array(7000.0, np.float32))]
-    check(backend, "MelWeightMatrix", operands, opset=17)
-    check(backend, "MelWeightMatrix", operands, opset=17, attrs={"output_datatype": 11})  # double
-
-
-def test_mel_weight_matrix_refusals():
-    operands = [Const(np.array(4, np.int64)), Const(np.array(16, np.int64)), Const(np.array(8000, np.int64)),
-                Const(np.array(300.0, np.float32)), Const(np.array(100.0, np.float32))]
-    expect_error(InvalidModel, "MelWeightMatrix", operands, opset=17, mentions=["lower < upper"])
