@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import onnx
-from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TypeProto
+from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TypeProto
 
 from glowpy.errors import UnsupportedAttribute
 from glowpy.importer.table import normalize_domain
