@@ -12,7 +12,7 @@ payload, then the object code.
 Printing the LLVM IR of a large model to hash it costs a noticeable part of a cached compile, so
 a small index `<signature>.idx` maps a signature of everything the IR is made from (the graph's
 ops, names, types and attributes, small constants that are inlined, the compile options, the target,
-and the source of the CPU backend) to the IR key. The index is only a shortcut: the entry it names
+and the source of glowpy) to the IR key. The index is only a shortcut: the entry it names
 is used only if the program just built agrees with what the index recorded (steps, kernels, weight
 table, arena size), otherwise the IR is printed and hashed as usual. Writes go to a temporary file in the same directory and are moved
 into place with os.replace, so a reader sees either nothing or a complete file, and several
@@ -83,10 +83,13 @@ def cache_key(ir_text: str, fingerprint: str) -> str:
 
 
 @functools.cache
+@functools.cache
 def source_digest() -> str:
-    """sha256 of the CPU backend's own source (kernel generators included): code changes invalidate."""
+    """sha256 of every glowpy source file. The generated code depends on more than the backend's own
+    modules (the IR ops' tables and semantics, the activation registry, the optimizer's rewrites), so any
+    change to glowpy invalidates every kind of entry."""
     h = hashlib.sha256()
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[2]
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())

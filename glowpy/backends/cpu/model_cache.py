@@ -20,7 +20,6 @@ never sees a half-written entry. The write runs on a background thread (write_be
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import mmap
 import os
@@ -34,24 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from glowpy.backends.cpu.cache import ObjectCache, touch, warn_once
+from glowpy.backends.cpu.cache import ObjectCache, source_digest, touch, warn_once
 from glowpy.ir.graph import Graph, Node, Value
 
 FORMAT = 2
 ALIGN = 64
 PAGE = 4096
 SAMPLES = 64
-
-
-@functools.cache
-def glowpy_source_digest() -> str:
-    """sha256 of every glowpy source file: any change to import, optimize or codegen invalidates."""
-    h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[2]
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
 
 
 CHUNK = 8 << 20
@@ -138,7 +126,7 @@ def model_key(digest: str, shapes: Any, optimize: bool, options: dict[str, Any],
 
     shape_part = sorted((str(k), repr(v)) for k, v in (shapes or {}).items())
     h = hashlib.sha256()
-    for part in (f"glowpy-model {FORMAT} {__version__}", glowpy_source_digest(), fingerprint,
+    for part in (f"glowpy-model {FORMAT} {__version__}", source_digest(), fingerprint,
                  repr(shape_part), repr(bool(optimize)), repr(sorted(options.items())), digest):
         h.update(part.encode())
         h.update(b"\0")
