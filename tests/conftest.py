@@ -53,3 +53,10 @@ def random_model(models_dir: Path):
 def rand(shape, dtype=np.float32, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return rng.standard_normal(shape).astype(dtype)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "heavy: the tests whose compiles dominate the suite's time (the full onnx node-case sweeps, the "
+                   "biggest zoo models): the second step of the README's test command (-m heavy; -m 'not heavy' "
+                   "for the rest)")

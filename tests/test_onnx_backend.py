@@ -40,6 +40,7 @@ def cases():
     return node_cases()
 
 
+@pytest.mark.heavy
 def test_node_conformance_sweep(cases, backend: str) -> None:
     """Every node case onnx ships: glowpy either matches the expected outputs or refuses cleanly with
     an Unsupported* error. A wrong number or any other error is a bug."""

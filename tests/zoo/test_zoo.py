@@ -23,7 +23,7 @@ from tests.zoo.harness import (
 NAMES = skeleton_names()
 EXPECTED = load_expected()
 # Models whose cold glowpy compile took over 90 s, or whose 85M+ weights take longest to realize (measured
-# with tools/zoo/expect.py, see docs/ZOO.md): part of the default run, deselected with -m "not zoo_heavy".
+# with tools/zoo/expect.py, see docs/ZOO.md): part of the default run, deselected with -m "not heavy".
 HEAVY = frozenset({"convnext_tiny", "densenet121", "inception_v3", "regnet_y_400mf", "shufflenet_v2_x1_0",
                    "bert_base", "gpt2", "vit_base", "vit_b_16", "wav2vec2_base"})
 REGENERATE = "run `python tools/zoo/expect.py` and commit tests/zoo/expected.json"
@@ -34,7 +34,7 @@ def test_every_skeleton_has_an_expectation() -> None:
     assert sorted(EXPECTED) == NAMES, f"{EXPECTED_PATH.name} and the skeletons disagree: {REGENERATE}"
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.zoo_heavy) if n.split(".")[0] in HEAVY
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.heavy) if n.split(".")[0] in HEAVY
                                   else n for n in NAMES])
 def test_zoo_model(name: str) -> None:
     expected = EXPECTED.get(name)
