@@ -14,6 +14,7 @@ from functools import cache
 
 import numpy as np
 import onnx
+import pytest
 from onnx import numpy_helper
 
 from glowpy.errors import Status
@@ -164,6 +165,7 @@ def drive(kind: int, pattern: re.Pattern | None) -> tuple[dict[str, int], list[s
     return counts, bad
 
 
+@pytest.mark.heavy
 def test_every_node_case_both_ways_on_the_interpreter():
     counts, bad = drive(1, None)
     assert not bad, f"{len(bad)} disagreement(s):\n" + "\n".join(bad[:40])
