@@ -184,10 +184,10 @@ def write_behind(put: Any, *args: Any) -> None:
             warn_once(Path(tempfile.gettempdir()), "write", f"model entry not stored ({type(e).__name__}: {e})")
 
     t = threading.Thread(target=run, name="glowpy-cache-write")
-    with _writers_lock:
+    with _writers_lock:  # started before it is listed: another thread's flush() joins only started writers
+        t.start()
         _writers[:] = [w for w in _writers if w.is_alive()]
         _writers.append(t)
-    t.start()
 
 
 def flush() -> None:
