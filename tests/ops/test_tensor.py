@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from glowpy.errors import UnsupportedAttribute, UnsupportedDatatype, UnsupportedShape
+from glowpy.errors import UnsupportedAttribute, UnsupportedDatatype
 
 from .util import Const, check, expect_error, randbool, randint, randn
 
@@ -69,9 +69,9 @@ def test_reshape_allowzero_zero_copies(backend):
     check(backend, "Reshape", [randn(2, 3, 4), ints(0, 4, 3)], opset=14, attrs={"allowzero": 0})
 
 
-def test_reshape_runtime_shape_unsupported():
-    expect_error(UnsupportedShape, "Reshape", [randn(2, 3), np.array([3, 2], dtype=I64)], opset=13,
-                 mentions=["compile time"], compat=False)  # see test_errors::test_compat_runtime_operands
+def test_reshape_runtime_shape_specializes():
+    """A shape fed as a graph input: the model compiles per value (glowpy.importer.specialize)."""
+    check("cpu", "Reshape", [randn(2, 3), np.array([3, 2], dtype=I64)], opset=13)
 
 
 # --- Flatten ---------------------------------------------------------------------------------------
@@ -484,9 +484,9 @@ def test_pad_wrap_unsupported():
                  mentions=["mode"])
 
 
-def test_pad_runtime_pads_unsupported():
-    expect_error(UnsupportedShape, "Pad", [randn(3, 4), np.array([1, 1, 1, 1], dtype=I64)], opset=13,
-                 mentions=["compile time"], compat=False)  # see test_errors::test_compat_runtime_operands
+def test_pad_runtime_pads_specialize():
+    """Pads fed as a graph input: the model compiles per value."""
+    check("cpu", "Pad", [randn(3, 4), np.array([1, 1, 1, 1], dtype=I64)], opset=13)
 
 
 # --- Constant --------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
 from glowpy.errors import GlowpyError
 from glowpy.ir.graph import Node, Value
+from glowpy.ir.ops import OPS
 from glowpy.ir.ops.nn import col2im_table, unpool_shape
 from glowpy.ir.ops.resize import tables_for
 from glowpy.ir.ops.rnn import CELLS, activations_of
@@ -609,7 +610,8 @@ def _lower_recurrent(low: Lowering, node: Node) -> None:
 
     def cast(src: Value, dst: Value) -> None:
         group = EW.FusedElementwise(dst.shape, dst.dtype, [EW.Operand(src.shape, src.dtype)],
-                                    [EW.Expr("Cast", {}, [("in", 0)], [src.dtype], dst.dtype)], ["src"])
+                                    [EW.Expr("Cast", OPS["Cast"].make_attrs({"to": dst.dtype}), [("in", 0)], [src.dtype],
+                                             dst.dtype)], ["src"])
         fn = EW.emit_fused(low.kmod(), low.fname([node]), group)
         low.add(Step(fn.name, fn, [low.val(dst), low.val(src)], [dst], [node], work=dst.type.size))
 
