@@ -47,6 +47,7 @@ def test_inception_v2_folds_bn_mul_add(random_model) -> None:
     _against_onnxruntime(path, glowpy.compile(path))
 
 
+@pytest.mark.heavy  # nine light models compiled twice each: the second step
 @pytest.mark.parametrize("optimize", [True, False], ids=["opt", "no-opt"])
 @pytest.mark.parametrize("name", LIGHT_MODELS)
 def test_light_model_with_and_without_optimizer(name: str, optimize: bool) -> None:
