@@ -30,7 +30,7 @@ SOURCES = {"onnx-node-tests": onnx_node_cases, "light-model-nodes": light_node_c
 # Lower bounds on what each corpus exercises, so the property cannot pass vacuously (the both-reject floor
 # falls as glowpy learns ops; it keeps the refusals exercised).
 MIN_BOTH_ACCEPT = {"onnx-node-tests": 300, "light-model-nodes": 500, "light-models": 9, "op-tests": 300}
-MIN_BOTH_REJECT = {"onnx-node-tests": 300, "light-model-nodes": 0, "light-models": 0, "op-tests": 40}
+MIN_BOTH_REJECT = {"onnx-node-tests": 100, "light-model-nodes": 0, "light-models": 0, "op-tests": 40}
 
 
 def _signature(case: Case) -> tuple:
