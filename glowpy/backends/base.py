@@ -58,5 +58,10 @@ class Backend(ABC):
         """Keep a compile's result under `key`; False when it is not kept."""
         return False
 
+    def flush_compiled(self) -> None:
+        """Wait until what `store_compiled` began is kept (before a host may exit without Python's
+        shutdown, which would otherwise drop a write still in flight)."""
+        return None
+
     @abstractmethod
     def compile(self, graph: Graph, **options: Any) -> Executable: ...

@@ -113,6 +113,7 @@ class Backend:
         interpreter stands in for it."""
         with self._lock:
             if self._executor is None:
+                import glowpy.pipeline  # noqa: F401  (what every compile runs: load it with the backend)
                 from glowpy.backends import get_backend
 
                 try:

@@ -439,6 +439,9 @@ class CpuBackend(Backend):
         executable.model_cached = True
         return graph, executable, meta["imported"]
 
+    def flush_compiled(self) -> None:
+        flush_model_writes()
+
     def store_compiled(self, key: str, graph: Graph, executable: CpuExecutable, imported: Any) -> bool:
         """Record a compile under `key`, on a background thread (writing a model's weights costs about
         as much as its import; model_cache.flush() waits). False when there is nothing to record."""

@@ -34,31 +34,15 @@ from typing import Any
 import numpy as np
 
 from glowpy.backends.cpu.cache import ObjectCache, source_digest, touch, warn_once
+from glowpy.importer import DeferredModel
+from glowpy.importer.digest import content_digest
 from glowpy.ir.graph import Graph, Node, Value
 
 FORMAT = 2
 ALIGN = 64
 PAGE = 4096
 SAMPLES = 64
-
-
-CHUNK = 8 << 20
 SETTLED_NS = 2_000_000_000  # a file modified this recently may change again within its timestamp tick
-
-
-def content_digest(data: bytes | memoryview) -> str:
-    """sha256 over the sha256 of each 8 MiB chunk: the chunks are hashed on all cores (hashlib
-    releases the GIL), so a 100 MB model is hashed in a fraction of the time of one sha256."""
-    view = memoryview(data).cast("B")
-    chunks = [view[i:i + CHUNK] for i in range(0, len(view), CHUNK)] or [view]
-    if len(chunks) > 1 and (os.cpu_count() or 1) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(min(len(chunks), os.cpu_count() or 1)) as pool:
-            parts = list(pool.map(lambda c: hashlib.sha256(c).digest(), chunks))
-    else:
-        parts = [hashlib.sha256(c).digest() for c in chunks]
-    return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
 def model_digest(model: Any, store: ObjectCache) -> str | None:
@@ -67,6 +51,8 @@ def model_digest(model: Any, store: ObjectCache) -> str | None:
     (a small entry), so a cached compile of a file does not read it; a file modified in the last
     two seconds is hashed every time (its mtime may not show a second change in the same tick; a
     rewrite that puts the mtime back changes the ctime)."""
+    if isinstance(model, DeferredModel):
+        return model.digest
     if isinstance(model, (bytes, bytearray, memoryview)):
         return content_digest(model)
     if isinstance(model, (str, os.PathLike)):
