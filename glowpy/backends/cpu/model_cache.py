@@ -29,11 +29,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from glowpy.backends.cpu.cache import ObjectCache, source_digest, touch, warn_once
+from glowpy.backends.cpu.cache import ObjectCache, atomic_write, source_digest, touch, warn_once
 from glowpy.importer import DeferredModel
 from glowpy.importer.digest import content_digest
 from glowpy.ir.graph import Graph, Node, Value
@@ -225,27 +225,25 @@ class ModelCache:
 
     def put(self, key: str, meta: dict[str, Any], weights: list[np.ndarray]) -> bool:
         layout, size = _layout(weights)
+        digest = ""
+
+        def write(f: BinaryIO) -> None:
+            nonlocal digest
+            at = 0
+            for (offset, _, _), w in zip(layout, weights):
+                f.write(b"\0" * (offset - at))
+                f.write(np.ascontiguousarray(w).reshape(-1).view(np.uint8).data)
+                at = offset + w.nbytes
+            f.flush()
+            if not size:
+                digest = _sample_digest(b"", 0)
+                return
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                digest = _sample_digest(view, size)
+
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".w{key[:16]}.", suffix=".tmp", dir=self.directory)
+            atomic_write(self.directory, f".w{key[:16]}.", self.weights_path(key), write)
         except OSError as e:
-            self.store._write_failed(e)
-            return False
-        try:
-            with os.fdopen(fd, "wb") as f:
-                at = 0
-                for (offset, _, _), w in zip(layout, weights):
-                    f.write(b"\0" * (offset - at))
-                    f.write(np.ascontiguousarray(w).reshape(-1).view(np.uint8).data)
-                    at = offset + w.nbytes
-            with open(tmp, "rb") as f:
-                digest = _sample_digest(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b"", size)
-            os.replace(tmp, self.weights_path(key))
-        except OSError as e:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             self.store._write_failed(e)
             return False
         meta = {**meta, "weights_layout": layout, "weights_bytes": size, "weights_digest": digest}
