@@ -337,8 +337,9 @@ class CpuBackend(Backend):
         return node.op == "BatchNormalization" and node.inputs[0].type.rank >= 2
 
     def check_node(self, node: Node) -> None:
-        """The precise refusal of a control node the backend cannot take as straight-line code."""
-        why = unroll_refusal(node) if node.op in CONTROL_OPS else None
+        """The precise refusal of a control node the backend cannot take as straight-line code (a Loop
+        that cannot be unrolled runs as a native loop: loops.py)."""
+        why = unroll_refusal(node) if node.op in CONTROL_OPS and node.op != "Loop" else None
         if why is not None:
             raise UnsupportedOperator(f"the CPU backend runs {node.op} only as straight-line code: {why}",
                                       node=node.name, op=node.op, expected="a compile-time trip count",

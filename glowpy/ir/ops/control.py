@@ -263,6 +263,6 @@ def unroll_refusal(node: Any) -> str | None:
         for _, body in bodies(node.op, node.attrs):
             for inner in body.nodes:
                 why = unroll_refusal(inner)
-                if why is not None:
+                if why is not None and inner.op != "Loop":  # such a Loop stays a Loop (a native loop)
                     return f"in its body, node '{inner.name}': {why}"
     return None
