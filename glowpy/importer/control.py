@@ -49,7 +49,8 @@ def _known_int(ctx: NodeContext, v: Value) -> int | None:
     return None if data is None else int(np.asarray(data).reshape(-1)[0])
 
 
-@onnx_op("Loop", attrs={"body": GRAPH}, dtypes=frozenset({INT64}), max_outputs=MANY)
+@onnx_op("Loop", attrs={"body": GRAPH}, dtypes=frozenset({INT64}), max_outputs=MANY, const_inputs=(0,),
+         runtime_inputs=(0,))
 def convert_loop(ctx: NodeContext) -> list[Value]:
     """M and cond default to unbounded and true. The trip count is static when M is known and the loop
     cannot end early (the initial condition is true and the body passes it on, or gives a constant true).
@@ -58,6 +59,8 @@ def convert_loop(ctx: NodeContext) -> list[Value]:
     m = ctx.input(0) if ctx.has_input(0) else ctx.constant(np.array(UNBOUNDED, INT64), "M")
     cond = ctx.input(1) if ctx.has_input(1) else ctx.constant(np.array(True), "cond")
     carried = [ctx.input(i) for i in range(2, ctx.num_inputs)]
+    if ctx.has_input(0) and len(ctx.node.output) > len(carried):
+        ctx.const_or_runtime(0)  # M fed as a graph input decides the scan outputs' length: it specializes
     steps = _known_int(ctx, m)
     steps = steps if steps is not None and steps < UNBOUNDED and _always_true(ctx, cond) else None
     promised = None if steps is not None else _declared_trips(ctx, len(carried))
@@ -71,10 +74,10 @@ def convert_loop(ctx: NodeContext) -> list[Value]:
     g = body.graph
     passes_cond = _source(g.outputs[0]) is g.inputs[1] or _always_true(ctx, g.outputs[0])
     trips = steps if steps is not None and passes_cond else -1
-    if trips < 0 and len(g.outputs) > 1 + len(carried) and promised is not None:
-        trips = promised
+    declared = trips < 0 and len(g.outputs) > 1 + len(carried) and promised is not None
     return ctx.emit("Loop", [m, cond, *carried, *body.captures],
-                    {"body": g, "num_carried": len(carried), "trip_count": trips})
+                    {"body": g, "num_carried": len(carried), "trip_count": promised if declared else trips,
+                     "promised": int(declared)})
 
 
 def _declared_trips(ctx: NodeContext, n: int) -> int | None:
@@ -104,7 +107,8 @@ def _unrolled(ctx: NodeContext, m: Value | None, cond: Value, carried: list[Valu
         m_i = one if m is None else ctx.emit1("Min", [ctx.emit1("Sub", [m, ctx.constant(np.array(i, INT64), f"i{i}")]),
                                                        one])
         outs = ctx.emit("Loop", [m_i, cond, *carried, *body.captures],
-                        {"body": body.graph, "num_carried": n, "trip_count": 1})
+                        {"body": body.graph, "num_carried": n, "trip_count": 1,
+                         "promised": int(m is not None or not _always_true(ctx, cond))})
         carried = outs[:n]
         scans.append(outs[n:])
     if not scans:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from glowpy.ir.graph import Graph, Node, Value
-from glowpy.ir.ops.control import CONTROL_OPS, loop_counts, scan_counts, unroll_refusal
+from glowpy.ir.ops.control import CONTROL_OPS, loop_counts, scan_counts, static_iterations, unroll_refusal
 from glowpy.optimizer.lower import Builder, lowering
 from glowpy.optimizer.rewrite import add_weight, replace_node, root_name
 
@@ -103,9 +103,8 @@ def expand_loop(b: Builder, node: Node) -> list[Value]:
     n, _ = loop_counts(node.attrs)
     m, cond, rest = node.inputs[0], node.inputs[1], node.inputs[2:]
     carried, captures = list(rest[:n]), list(rest[n:])
-    trips = node.attrs["trip_count"]
-    static = trips >= 0
-    steps = trips if static else int(np.asarray(m.data).reshape(-1)[0])
+    static = static_iterations(node) is not None
+    steps = int(np.asarray(m.data).reshape(-1)[0])
     active = _scalar(b, cond)
     scans: list[list[Value]] = []
     false = add_weight(g, f"{name}.false", np.array(False))

@@ -23,15 +23,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
 from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.memory import Interval, align_up, plan_arena
 from glowpy.backends.cpu.steps import SCRATCH, Arg, Step
-from glowpy.errors import InternalError
+from glowpy.errors import InternalError, UnsupportedShape
 from glowpy.ir.graph import Node
-from glowpy.ir.ops.control import loop_counts
+from glowpy.ir.ops.control import loop_counts, static_iterations
 
 if TYPE_CHECKING:
     from glowpy.backends.cpu.lowering import Lowering
@@ -50,17 +49,28 @@ def _at(b: ir.IRBuilder, base: ir.Value, offset: int | ir.Value, name: str = "")
     return b.gep(base, [off], inbounds=True, name=name)
 
 
+def check_loop(node: Node) -> None:
+    """Refuse a Loop whose scan outputs have a length only a run decides (M fed at run time, or a
+    condition the body computes): their shape is data-dependent."""
+    n, k = loop_counts(node.attrs)
+    if k and static_iterations(node) is None:
+        out = node.outputs[n]
+        raise UnsupportedShape(f"the Loop's scan output '{out.name}' has a length decided at run time (the "
+                               f"iterations depend on M or on the condition), so its shape is data-dependent",
+                               node=node.name, op="Loop", expected="M a constant and a condition the body passes on",
+                               found=f"declared {list(out.shape)}" if node.attrs["trip_count"] >= 0
+                               else "no static length")
+
+
 def emit_loop(low: Lowering, node: Node) -> None:
     """The Loop node as one step (see the module docstring)."""
     # codegen (the binding) is built on lowering, which reaches this through KERNELS: import it here.
     from glowpy.backends.cpu.codegen import Binder
 
+    check_loop(node)
     body = node.attrs["body"]
     n, k = loop_counts(node.attrs)
     trips = node.attrs["trip_count"]
-    if k and trips < 0:
-        raise InternalError("a Loop with scan outputs reached the cpu backend without a static trip count",
-                            node=node.name, op="Loop")
     name = low.fname([node])
     kmod = low.kmod()
     sub = type(low)(body, kmod, nthreads=1, vector_width=low.vector_width, fast_kernels=low.fast_kernels,
