@@ -59,11 +59,9 @@ def convert_loop(ctx: NodeContext) -> list[Value]:
     m = ctx.input(0) if ctx.has_input(0) else ctx.constant(np.array(UNBOUNDED, INT64), "M")
     cond = ctx.input(1) if ctx.has_input(1) else ctx.constant(np.array(True), "cond")
     carried = [ctx.input(i) for i in range(2, ctx.num_inputs)]
-    if ctx.has_input(0) and len(ctx.node.output) > len(carried):
-        ctx.const_or_runtime(0)  # M fed as a graph input decides the scan outputs' length: it specializes
     steps = _known_int(ctx, m)
     steps = steps if steps is not None and steps < UNBOUNDED and _always_true(ctx, cond) else None
-    promised = None if steps is not None else _declared_trips(ctx, len(carried))
+    promised = _declared_trips(ctx, len(carried))
     try:
         body = ctx.body("body", [TensorType(INT64, ()), TensorType(BOOL, ()), *(v.type for v in carried)])
     except UnsupportedShape as e:
@@ -73,6 +71,10 @@ def convert_loop(ctx: NodeContext) -> list[Value]:
         return _unrolled(ctx, m if steps is None else None, cond, carried, trips, e)
     g = body.graph
     passes_cond = _source(g.outputs[0]) is g.inputs[1] or _always_true(ctx, g.outputs[0])
+    if steps is None and passes_cond and _always_true(ctx, cond) and len(g.outputs) > 1 + len(carried):
+        # M decides the scan outputs' length: a graph input feeding it specializes (its value is compiled
+        # in), and the check, which does not see the value, stops here
+        ctx.const_or_runtime(0)
     trips = steps if steps is not None and passes_cond else -1
     declared = trips < 0 and len(g.outputs) > 1 + len(carried) and promised is not None
     return ctx.emit("Loop", [m, cond, *carried, *body.captures],
