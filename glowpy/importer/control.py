@@ -49,8 +49,8 @@ def _known_int(ctx: NodeContext, v: Value) -> int | None:
     return None if data is None else int(np.asarray(data).reshape(-1)[0])
 
 
-@onnx_op("Loop", attrs={"body": GRAPH}, dtypes=frozenset({INT64}), max_outputs=MANY, const_inputs=(0,),
-         runtime_inputs=(0,))
+@onnx_op("Loop", attrs={"body": GRAPH}, dtypes=frozenset({INT64}), max_outputs=MANY, const_inputs=(0, 1),
+         runtime_inputs=(0, 1))
 def convert_loop(ctx: NodeContext) -> list[Value]:
     """M and cond default to unbounded and true. The trip count is static when M is known and the loop
     cannot end early (the initial condition is true and the body passes it on, or gives a constant true).
@@ -71,10 +71,11 @@ def convert_loop(ctx: NodeContext) -> list[Value]:
         return _unrolled(ctx, m if steps is None else None, cond, carried, trips, e)
     g = body.graph
     passes_cond = _source(g.outputs[0]) is g.inputs[1] or _always_true(ctx, g.outputs[0])
-    if steps is None and passes_cond and _always_true(ctx, cond) and len(g.outputs) > 1 + len(carried):
-        # M decides the scan outputs' length: a graph input feeding it specializes (its value is compiled
-        # in), and the check, which does not see the value, stops here
+    if steps is None and passes_cond and len(g.outputs) > 1 + len(carried):
+        # M and cond decide the scan outputs' length: graph inputs feeding them specialize (their values
+        # are compiled in), and the check, which does not see those values, stops here
         ctx.const_or_runtime(0)
+        ctx.const_or_runtime(1)
     trips = steps if steps is not None and passes_cond else -1
     declared = trips < 0 and len(g.outputs) > 1 + len(carried) and promised is not None
     return ctx.emit("Loop", [m, cond, *carried, *body.captures],

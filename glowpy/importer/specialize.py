@@ -124,8 +124,8 @@ def shape_operands(proto: ModelProto) -> list[str]:
         if entry is None:
             continue
         stack.extend(n.input[k] for k in entry.specialized_inputs if k < len(n.input) and n.input[k])
-        if n.op_type == "Loop" and len(n.output) > len(n.input) - 2 and n.input and n.input[0]:
-            stack.append(n.input[0])  # M: the length of the scan outputs
+        if n.op_type == "Loop" and len(n.output) > len(n.input) - 2:
+            stack.extend(x for x in n.input[:2] if x)  # M and cond decide the length of the scan outputs
     while stack:
         name = stack.pop()
         if name in seen:
