@@ -190,7 +190,8 @@ def specialize(proto: ModelProto, feeds: Mapping[str, np.ndarray], operands: Seq
     keep = [i for i in out.graph.input if i.name not in set(operands)]
     del out.graph.input[:]
     out.graph.input.extend(keep)
-    out.graph.initializer.extend(numpy_helper.from_array(np.ascontiguousarray(feeds[n]), n) for n in operands)
+    # np.array keeps a 0-d feed 0-d (ascontiguousarray would make it 1-d)
+    out.graph.initializer.extend(numpy_helper.from_array(np.array(feeds[n], order="C"), n) for n in operands)
     return out
 
 
