@@ -109,9 +109,9 @@ def pending_reason(proto: ModelProto, shapes: ShapeMap | None = None) -> str:
     return f"inputs {shape_operands(proto)} decide shapes: the model compiles on first run for each of their values"
 
 
-def inputs_reaching(nodes: Sequence[onnx.NodeProto], operands: Callable[[OnnxOp], Iterable[int]],
+def inputs_reaching(nodes: Sequence[onnx.NodeProto], operands: Callable[[OnnxOp, onnx.NodeProto], Iterable[int]],
                     available: set[str], stop_at: Iterable[str] = ()) -> set[str]:
-    """The names in `available` whose values reach an operand that `operands(row)` lists for some node,
+    """The names in `available` whose values reach an operand that `operands(row, node)` lists for a node,
     backwards through the nodes that produce it (not through an op in `stop_at`)."""
     producer = {o: n for n in nodes for o in n.output if o}
     stop = set(stop_at)
@@ -119,7 +119,7 @@ def inputs_reaching(nodes: Sequence[onnx.NodeProto], operands: Callable[[OnnxOp]
     for n in nodes:
         entry = TABLE.get((normalize_domain(n.domain), n.op_type))
         if entry is not None:
-            stack.extend(n.input[k] for k in operands(entry) if k < len(n.input) and n.input[k])
+            stack.extend(n.input[k] for k in operands(entry, n) if k < len(n.input) and n.input[k])
     found: set[str] = set()
     seen: set[str] = set()
     while stack:
@@ -136,12 +136,20 @@ def inputs_reaching(nodes: Sequence[onnx.NodeProto], operands: Callable[[OnnxOp]
     return found
 
 
+def _specialized(row: OnnxOp, node: onnx.NodeProto) -> tuple[int, ...]:
+    """The operands of `node` that decide shapes: the row's, and a Loop's M and cond when it has scan
+    outputs (they decide their length)."""
+    if node.op_type == "Loop" and len(node.output) > len(node.input) - 2:
+        return (*row.specialized_inputs, 0, 1)
+    return tuple(row.specialized_inputs)
+
+
 def shape_operands(proto: ModelProto) -> list[str]:
     """Graph inputs whose values decide shapes: those that reach an operand a row lists as specialized
     through nodes that read values (not through Shape / Size), function bodies included, and that look
     like an operand (rank <= 1, at most OPERAND_LIMIT elements). Model input order."""
     fed = {i.name for i in graph_inputs(proto)}
-    found = inputs_reaching(_flat_nodes(proto), lambda row: row.specialized_inputs, fed, TYPE_ONLY_OPS)
+    found = inputs_reaching(_flat_nodes(proto), _specialized, fed, TYPE_ONLY_OPS)
     return [i.name for i in graph_inputs(proto) if i.name in found and _operand_like(i)]
 
 
@@ -195,7 +203,8 @@ def specialize(proto: ModelProto, feeds: Mapping[str, np.ndarray], operands: Seq
     keep = [i for i in out.graph.input if i.name not in set(operands)]
     del out.graph.input[:]
     out.graph.input.extend(keep)
-    out.graph.initializer.extend(numpy_helper.from_array(np.ascontiguousarray(feeds[n]), n) for n in operands)
+    # np.array keeps a 0-d feed 0-d (ascontiguousarray would make it 1-d)
+    out.graph.initializer.extend(numpy_helper.from_array(np.array(feeds[n], order="C"), n) for n in operands)
     return out
 
 

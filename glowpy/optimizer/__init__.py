@@ -48,6 +48,19 @@ from glowpy.optimizer.simplify import (
 if TYPE_CHECKING:
     from glowpy.backends.base import Backend
 
+def optimize_loop_bodies(graph: Graph, backend: Backend | None = None) -> bool:
+    """The body of each Loop the backend keeps as a loop (`should_lower` false) through this pipeline,
+    for that backend: its If nodes become selects, its fusable ops fuse, as in the enclosing graph."""
+    if backend is None:
+        return False
+    changed = False
+    for node in graph.nodes:
+        if node.op == "Loop" and not backend.should_lower(node):
+            node.attrs = {**node.attrs, "body": optimize(node.attrs["body"], backend)}
+            changed = True
+    return changed
+
+
 SIMPLIFY = (
     Pass("eliminate_dead_code", eliminate_dead_code),
     Pass("remove_noops", remove_noops),
@@ -79,7 +92,8 @@ PIPELINE: tuple[Stage, ...] = (
         Pass("gemm_to_fully_connected", gemm_to_fully_connected, uses_backend=True),
     ), fixed_point=True),
     # Decompose what the backend does not implement (Backend.should_lower), then tidy up after it.
-    Stage("lower", (Pass("lower_nodes", lower_nodes, uses_backend=True),)),
+    Stage("lower", (Pass("lower_nodes", lower_nodes, uses_backend=True),
+                    Pass("optimize_loop_bodies", optimize_loop_bodies, uses_backend=True))),
     Stage("resimplify", SIMPLIFY, fixed_point=True),
     # Fewer, fatter nodes: epilogues the backend emits inside the producing loop.
     Stage("fuse", (

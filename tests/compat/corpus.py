@@ -122,7 +122,7 @@ def disagreements(outcomes: list[Outcome]) -> tuple[list[Outcome], list[Outcome]
 
 def _const_operand_inputs(graph: onnx.GraphProto, available: set[str]) -> set[str]:
     """Graph inputs that compile-time operands (table const_inputs) depend on, transitively."""
-    return inputs_reaching(graph.node, lambda row: row.const_inputs, available)
+    return inputs_reaching(graph.node, lambda row, _node: row.const_inputs, available)
 
 
 def _with_weights(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[onnx.ModelProto, dict]:

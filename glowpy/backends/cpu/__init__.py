@@ -39,6 +39,7 @@ from glowpy.backends.cpu import codegen, parallel
 from glowpy.backends.cpu.activations import EMITTERS
 from glowpy.backends.cpu.cache import ObjectCache, cache_key, graph_signature
 from glowpy.backends.cpu.irutil import supported_dtype
+from glowpy.backends.cpu.loops import check_loop
 from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, KERNELS
 from glowpy.backends.cpu.model_cache import FORMAT as MODEL_FORMAT
 from glowpy.backends.cpu.model_cache import (
@@ -337,8 +338,11 @@ class CpuBackend(Backend):
         return node.op == "BatchNormalization" and node.inputs[0].type.rank >= 2
 
     def check_node(self, node: Node) -> None:
-        """The precise refusal of a control node the backend cannot take as straight-line code."""
-        why = unroll_refusal(node) if node.op in CONTROL_OPS else None
+        """The precise refusal of a control node the backend cannot take as straight-line code (a Loop
+        that cannot be unrolled runs as a native loop: loops.py)."""
+        if node.op == "Loop":
+            check_loop(node)
+        why = unroll_refusal(node) if node.op in CONTROL_OPS and node.op != "Loop" else None
         if why is not None:
             raise UnsupportedOperator(f"the CPU backend runs {node.op} only as straight-line code: {why}",
                                       node=node.name, op=node.op, expected="a compile-time trip count",

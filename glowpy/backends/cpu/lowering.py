@@ -47,8 +47,9 @@ class Lowering:
     """Turns a graph into steps inside `module`. `arrays` collects compile-time weights-block data."""
 
     def __init__(self, graph: Graph, module: ir.Module, *, nthreads: int, vector_width: int,
-                 fast_kernels: bool = True, release_weights: bool = False) -> None:
+                 fast_kernels: bool = True, release_weights: bool = False, prefix: str = "") -> None:
         self.graph = graph
+        self.prefix = prefix  # of every kernel name: a Loop body's steps are named after the loop's
         self.module = module  # the entry's module; kernels are built in their own (kmod)
         self.nthreads = nthreads
         self.vector_width = vector_width
@@ -87,7 +88,7 @@ class Lowering:
         """k<step>.<op>.<node>[.<fused ops>]: the first node names the kernel, the rest were fused in."""
         first = nodes[0]
         tail = "".join(f".{n.op}" for n in nodes[1:4]) + (f".and{len(nodes) - 4}" if len(nodes) > 4 else "")
-        return ident(f"k{len(self.steps):03d}.{first.op}.{first.name}{tail}")
+        return ident(f"{self.prefix}k{len(self.steps):03d}.{first.op}.{first.name}{tail}")
 
     def kmod(self) -> ir.Module:
         return self.texts.kmod()

@@ -28,6 +28,7 @@ from glowpy.backends.cpu.kernels import (
 )
 from glowpy.backends.cpu.kernels.conv import emit_conv2d
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
+from glowpy.backends.cpu.loops import emit_loop
 from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
 from glowpy.errors import GlowpyError
@@ -592,6 +593,7 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "Gemm": lower_heavy_node,
     "FullyConnected": lower_heavy_node,
     "MatMul": lower_heavy_node,
+    "Loop": emit_loop,
 }
 
 
