@@ -35,9 +35,9 @@ from glowpy.backends.cpu.target import HostTarget
 
 RELEASE = "glowpy_release"
 POOL_KEY = ("pool",)
-SPIN_BEFORE_YIELD = 2000  # barrier: pauses before sched_yield
-YIELDS_BEFORE_PARK = 4  # barrier: sched_yields before the futex wait
-SPIN_BEFORE_PARK = 20000  # between runs: pauses (~0.1-0.5 ms) before the futex wait
+SPIN_BEFORE_YIELD = 100  # barrier: pauses before sched_yield (a pause is ~25-40 ns on Zen 3-5)
+YIELDS_BEFORE_PARK = 16  # barrier: sched_yields before the futex wait
+SPIN_BEFORE_PARK = 4000  # between runs: pauses (~0.1-0.2 ms) before the futex wait
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
 
