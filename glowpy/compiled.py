@@ -106,6 +106,13 @@ class CompiledModel:
         outputs = self.executable.run(self.validate(feeds))
         return dict(zip(self.output_names, outputs))
 
+    def close(self) -> None:
+        """Release the executable's threads now (a cpu executable's pool; collecting the model does it
+        too). The model stays usable: a later run starts them again."""
+        close = getattr(self.executable, "close", None)
+        if close is not None:
+            close()
+
     def __repr__(self) -> str:
         return (f"<CompiledModel backend={self.backend} inputs={self.input_names} outputs={self.output_names} "
                 f"nodes={len(self.graph.nodes)}>")
@@ -172,6 +179,11 @@ class SpecializingModel:
     def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         model = self.specialization(feeds)
         return model.run({n: feeds[n] for n in model.input_names})  # the others are its weights
+
+    def close(self) -> None:
+        """Release every kept specialization's threads (see CompiledModel.close)."""
+        for m in self.specializations:
+            m.close()
 
     def _latest(self) -> CompiledModel:
         if self._last is None:

@@ -271,6 +271,9 @@ class Graph:
             self._queue.put(_STOP)
             self._worker.join()
             self._worker = None
+        for compiled in self._compiled.values():  # the executables' threads end before ReleaseGraph returns
+            if compiled.model is not None:
+                compiled.model.close()
 
     def _work(self) -> None:
         while True:

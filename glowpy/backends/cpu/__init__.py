@@ -26,6 +26,7 @@ import gc
 import os
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -52,6 +53,7 @@ from glowpy.backends.cpu.model_cache import (
 )
 from glowpy.backends.cpu.model_cache import flush as flush_model_writes
 from glowpy.backends.cpu.target import HostTarget, host_target, isa_available, new_machine
+from glowpy.backends.cpu.threads import RELEASE
 from glowpy.errors import (
     InternalError,
     InvalidDatatype,
@@ -71,6 +73,7 @@ OPTIONS = ("threads", "cache", "fast_kernels", "profile", "release_weights", "is
 MAX_THREADS = 256
 # Outputs come from np.empty (16-byte aligned at least); kernels assume element alignment only.
 _ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_RELEASE_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 # Every op with a kernel: the selection table, the elementwise groups' ops, the aliases.
@@ -192,6 +195,9 @@ class CpuExecutable(Executable):
         if not address:
             raise InternalError("the compiled object has no entry function", expected=codegen.ENTRY)
         self._entry = _ENTRY_TYPE(address)
+        release = engine.get_function_address(RELEASE)
+        if not release:
+            raise InternalError("the compiled object has no pool release function", expected=RELEASE)
         # The weights table points at the arrays where they are (graph constants, packed arrays, or
         # the cache entry's mapped file): nothing is copied, so the process holds each weight once.
         self._weight_arrays = list(layout.weights)
@@ -209,6 +215,16 @@ class CpuExecutable(Executable):
         self._profile_layout = layout.profile_layout
         self._profile_steps = list(layout.profile_steps)
         self._last_wall = 0.0
+        # The pool's threads run this engine's code in this arena: they are joined before either goes
+        # (a finalizer, not __del__: it holds both, so a garbage cycle cannot free them first).
+        self._release = _RELEASE_TYPE(release)
+        self._finalizer = weakref.finalize(self, _release_pool, self._release, self._arena_ptr, self._lock,
+                                           engine, self._arena)
+
+    def close(self) -> None:
+        """Join the thread pool's threads now (a later run starts them again); the finalizer does it
+        when the executable is collected."""
+        _release_pool(self._release, self._arena_ptr, self._lock)
 
     def _coerce(self, i: int, a: Any) -> np.ndarray:
         """The slow path of an input check: raise for anything a kernel could overrun, else fix layout."""
@@ -263,6 +279,12 @@ class CpuExecutable(Executable):
                     spans.append((info.index, tid, int(start), int(end)))
         return RunProfile(int(stamps[lay["begin"]]), int(stamps[lay["end"]]), self._last_wall, threads,
                           list(self._profile_steps), spans)
+
+
+def _release_pool(release: Any, arena: int, lock: threading.Lock, *keep: Any) -> None:
+    """Join an arena's pool threads (RELEASE); `keep` holds the code and the arena until then."""
+    with lock:
+        release(arena)
 
 
 @dataclass(frozen=True)
