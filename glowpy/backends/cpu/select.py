@@ -22,6 +22,7 @@ from glowpy.backends.cpu.kernels import (
     movement,
     norm,
     pool,
+    qgemm,
     reduce,
     resize,
     rnn,
@@ -655,3 +656,6 @@ def _lower_recurrent(low: Lowering, node: Node) -> None:
 
 
 KERNELS.update({"LSTM": _lower_recurrent, "GRU": _lower_recurrent, "RNN": _lower_recurrent})
+
+# --- int8 products and convolutions (kernels/qgemm.py) ---
+KERNELS.update(qgemm.KERNELS)
