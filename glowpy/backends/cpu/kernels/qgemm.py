@@ -377,6 +377,81 @@ def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: 
     b.call(fn, [val, ptrs, U.i32(et.width // 8), mask])
 
 
+# --- depthwise convolution (group == channels, one filter each) -------------------------------------
+
+
+def emit_qdepthwise(module: ir.Module, name: str, *, spec: QProduct, x_shape, w: np.ndarray, wz: np.ndarray,
+                    bias: np.ndarray | None, xz: int, strides, pads, dilations, out_hw, mult: np.ndarray | None,
+                    yz: int, vector_width: int) -> KernelInfo:
+    """`void name(out, x, scratch, wc, bias, [mult,] tid, nthreads)`: per (image, channel) plane, the
+    centered input (x - xz, int32, zero padding) is laid out in scratch split by column phase
+    (column c of the padded plane at [c % stride][row][c // stride]), so every tap reads a contiguous
+    run of output columns; the taps (w - wz, int32) accumulate in VW-lane int32 vectors."""
+    vw = vector_width
+    N, C, H, W = x_shape
+    KH, KW = w.shape[2:]
+    OH, OW = out_hw
+    sh, sw = strides
+    dh, dw_ = dilations
+    pt, pl, pb, pr = pads[0], pads[1], pads[2], pads[3]
+    Hp, Wp = H + pt + pb, W + pl + pr
+    Wq = -(-Wp // sw) + vw  # one phase row, with slack so whole-vector loads stay inside
+    plane = sw * Hp * Wq + vw
+    wz64 = np.broadcast_to(wz.astype(np.int64).reshape(-1), (C,))
+    wc = (w.astype(np.int64).reshape(C, KH * KW) - wz64[:, None]).astype(np.int32)
+    bb = np.zeros(C, np.int32) if bias is None else bias.astype(np.int32).reshape(C)
+    quant = spec.out_kind != "i32"
+    ft = F64 if spec.float64 else F32
+    packed = [np.ascontiguousarray(wc).ravel(), bb]
+    if quant:
+        packed.append(np.asarray(mult, np.float64 if spec.float64 else np.float32).reshape(C))
+    params = [("out", PTR), ("x", PTR), ("scratch", PTR), ("wc", PTR), ("bias", PTR)] + (
+        [("mult", PTR)] if quant else []) + [("tid", I32), ("nthreads", I32)]
+    fn, b = U.new_function(module, name, params, internal=False)
+    args = {a.name: a for a in fn.args}
+    for a in fn.args[1:-2]:
+        a.add_attribute("noalias")
+    fn.attributes.add("nounwind")
+    g = _Gen(b, module, vw, False)
+    raw = b.ptrtoint(args["scratch"], I64)
+    xp = b.inttoptr(b.and_(b.add(raw, U.i64(63)), U.i64(~63)), PTR, name="xp")
+    lo, hi = U.thread_range(b, N * C, args["tid"], args["nthreads"], "plane")
+    memset = U.declare(module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, I64, ir.IntType(1)])
+    ext = b.zext if spec.x_unsigned else b.sext
+    with U.for_range(b, lo, hi, "pl") as pi:
+        ch = b.urem(pi, U.i64(C), name="ch")
+        b.call(memset, [xp, ir.Constant(I8, 0), U.i64(plane * 4), ir.Constant(ir.IntType(1), 0)])
+        xb = b.mul(pi, U.i64(H * W))
+        with U.for_range(b, 0, H, "ih") as ih:
+            with U.for_range(b, 0, W, "iw") as iw:
+                v = ext(b.load(b.gep(args["x"], [b.add(xb, b.add(b.mul(ih, U.i64(W)), iw))], source_etype=I8),
+                            typ=I8), I32)
+                c = b.add(iw, U.i64(pl))
+                at = b.add(b.mul(b.urem(c, U.i64(sw)), U.i64(Hp * Wq)),
+                           b.add(b.mul(b.add(ih, U.i64(pt)), U.i64(Wq)), b.udiv(c, U.i64(sw))))
+                b.store(b.sub(v, ir.Constant(I32, xz)), b.gep(xp, [at], source_etype=I32))
+        wrow = b.gep(args["wc"], [b.mul(ch, U.i64(KH * KW))], source_etype=I32)
+        taps = [g.splat32(b.load(b.gep(wrow, [U.i64(t)], source_etype=I32), typ=I32)) for t in range(KH * KW)]
+        bias_v = g.splat32(b.load(b.gep(args["bias"], [ch], source_etype=I32), typ=I32))
+        m = g.splat(b.load(b.gep(args["mult"], [ch], source_etype=ft), typ=ft), ft) if quant else None
+        nvec = -(-OW // vw)
+        with U.for_range(b, 0, OH, "oh") as oh:
+            orow = b.add(b.mul(pi, U.i64(OH * OW)), b.mul(oh, U.i64(OW)), name="orow")
+            with U.for_range(b, 0, nvec, "ov") as ov:
+                ow0 = b.mul(ov, U.i64(vw))
+                acc = bias_v
+                for kh in range(KH):
+                    rbase = b.mul(b.add(b.mul(oh, U.i64(sh)), U.i64(kh * dh)), U.i64(Wq))
+                    for kw in range(KW):
+                        col = kw * dw_
+                        at = b.add(b.add(U.i64((col % sw) * Hp * Wq + col // sw), rbase), ow0)
+                        xv = b.load(b.gep(xp, [at], source_etype=I32), typ=g.i32v, align=4)
+                        acc = b.add(acc, b.mul(xv, taps[kh * KW + kw]))
+                _store_out(g, spec, args["out"], orow, ow0, 0, b.sub(U.i64(OW), ow0), acc, m, yz, ft)
+    b.ret_void()
+    return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=plane * 4 + 128)
+
+
 # --- the tables of a convolution and a matrix product ----------------------------------------------
 
 
@@ -458,13 +533,27 @@ def _lower_qconv(low: Lowering, node: Node) -> None:
     M, G = w4.shape[0], a["group"]
     R, cg = M // G, w4.shape[1]
     K, P = cg * w4.shape[2] * w4.shape[3], o_shape[2] * o_shape[3]
-    kt, pt = conv_tables(xs_shape, w4.shape, strides, pads, dil, o_shape)
     mult = None
     kind = "i32"
     if node.op == "QLinearConv":
         m = (xs.reshape(()) * ws / ys.reshape(())).astype(np.float32)
         mult = np.broadcast_to(m.reshape(-1), (M,)).copy()
         kind = "u8" if out.dtype == np.uint8 else "i8"
+    if G == C == M:
+        spec = QProduct(units=N * G, R=1, K=K, P=P, x_unit=(0, 0), groups=G, out_unit=(0, 0), out_rs=0, out_ps=1,
+                        H=H, W=W, x_unsigned=x.dtype == np.uint8, out_kind=kind,
+                        float64=not a.get("float32", False), relu=bool(a.get("relu", False)))
+        info = low.generate(emit_qdepthwise, low.fname([node]), ("w", "wz", "bias", "mult"), spec=spec,
+                            x_shape=xs_shape, w=w4, wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(), bias=bias,
+                            xz=_one(xz, node, "x_zero_point"), strides=tuple(strides), pads=tuple(pads),
+                            dilations=tuple(dil), out_hw=o_shape[2:], mult=mult,
+                            yz=_one(yz, node, "y_zero_point") if node.op == "QLinearConv" else 0,
+                            vector_width=low.vector_width)
+        args = [low.val(out), low.val(x), SCRATCH] + [low.array(p) for p in info.packed]
+        low.add(Step(info.function.name, info.function, args, [out], [node], work=2.0 * N * M * K * P,
+                     scratch=info.scratch_bytes_per_thread))
+        return
+    kt, pt = conv_tables(xs_shape, w4.shape, strides, pads, dil, o_shape)
     spec = QProduct(units=N * G, R=R, K=K, P=P, x_unit=(C * H * W, cg * H * W), groups=G,
                     out_unit=(M * P, R * P), out_rs=P, out_ps=1, H=H, W=W, x_unsigned=x.dtype == np.uint8,
                     out_kind=kind, float64=not a.get("float32", False), relu=bool(a.get("relu", False)))
