@@ -93,7 +93,7 @@ def bench(name: str, calibration: int, runs: int) -> None:
     want = ort_int8.run([out], feed)[0]
     step = output_step(qdq, out)
     try:
-        g_int8, backend = glowpy.compile(qdq, backend="cpu"), "cpu"
+        g_int8, backend = glowpy.compile(qdq, backend="cpu", threads=1), "cpu"
     except GlowpyError as e:
         print(f"  glowpy cpu refuses the int8 model: {type(e).__name__}: {e}")
         g_int8, backend = glowpy.compile(qdq, backend="interpreter"), "interpreter"
@@ -102,7 +102,7 @@ def bench(name: str, calibration: int, runs: int) -> None:
     first = (time.perf_counter() - t) * 1e3
     within = float(np.mean(np.abs(got - want) <= step * 1.0001))
     exact = float(np.mean(got == want))
-    g_fp32 = glowpy.compile(model, backend="cpu")
+    g_fp32 = glowpy.compile(model, backend="cpu", threads=1)
     ms = {
         "onnxruntime int8": timed(lambda: ort_int8.run([out], feed), runs),
         "onnxruntime fp32": timed(lambda: ort_fp32.run(None, feed), runs),

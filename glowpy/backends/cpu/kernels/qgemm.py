@@ -64,6 +64,7 @@ class QProduct:
     out_kind: str  # "i32" (accumulator) or "u8" / "i8" (requantized)
     float64: bool = False
     relu: bool = False
+    dense: bool = False  # x of a unit is the plain [K][P] matrix (1x1, stride 1, no pads): vector packing
 
 
 def _vnni(vw: int) -> bool:
@@ -163,7 +164,10 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
         obase = b.add(b.mul(img, U.i64(spec.out_unit[0])), b.mul(grp, U.i64(spec.out_unit[1])), name="obase")
         p0 = b.mul(pn, U.i64(nr), name="p0")
         ncols = b.sub(U.i64(P), p0, name="ncols")  # valid columns from p0 (may exceed nr)
-        _pack_panel(b, spec, args, panel, xbase, p0, nr, kg, xz_u)
+        if spec.dense:
+            _pack_dense(g, spec, args["x"], panel, xbase, p0, nv, kg)
+        else:
+            _pack_panel(b, spec, args, panel, xbase, p0, nr, kg, xz_u)
         if need_colsum:
             sums = _kloop(g, panel, None, kg, nr, 1, nv, "cs", ones_w=True)
             for v in range(nv):
@@ -339,6 +343,50 @@ def _pack_panel(b: ir.IRBuilder, spec: QProduct, args: dict, panel, xbase, p0, n
             b.store(ir.Constant(I8, 0), b.gep(dst, [off], source_etype=I8))
 
 
+def _pack_dense(g: _Gen, spec: QProduct, x, panel, xbase, p0, nv: int, kg: int) -> None:
+    """_pack_panel for x = [K][P]: four rows of VW bytes interleaved into one [VW][4] vector (columns
+    past P are loaded as 0 and never stored)."""
+    b, vw, K, P = g.b, g.vw, spec.K, spec.P
+    row_t = ir.VectorType(I8, vw)
+    mask_t = ir.VectorType(ir.IntType(1), vw)
+    load = U.declare(g.m, f"llvm.masked.load.v{vw}i8.p0", row_t, [PTR, I32, mask_t, row_t])
+    zero = ir.Constant(row_t, [0] * vw)
+    pair = ir.Constant(ir.VectorType(I32, 2 * vw), [i // 2 + (vw if i % 2 else 0) for i in range(2 * vw)])
+    quad = ir.Constant(ir.VectorType(I32, 4 * vw),
+                       [(i // 4) * 2 + (i % 2) + (2 * vw if i % 4 >= 2 else 0) for i in range(4 * vw)])
+    iota = ir.Constant(ir.VectorType(I64, vw), list(range(vw)))
+    masks = []
+    for v in range(nv):
+        left = b.sub(U.i64(P), b.add(p0, U.i64(v * vw)))
+        masks.append(b.icmp_signed("<", iota, g.splat(left, I64)))
+
+    def group(k0, rows: int) -> None:
+        for v in range(nv):
+            col = b.add(b.add(xbase, p0), U.i64(v * vw))
+            rs = []
+            for t in range(4):
+                if t >= rows:
+                    rs.append(zero)
+                    continue
+                at = b.add(col, b.mul(b.add(k0, U.i64(t)), U.i64(P)))
+                r = b.call(load, [b.gep(x, [at], source_etype=I8), U.i32(1), masks[v], zero])
+                if not spec.x_unsigned:
+                    r = b.xor(r, ir.Constant(row_t, [-128] * vw))
+                rs.append(r)
+            q = b.shuffle_vector(b.shuffle_vector(rs[0], rs[1], pair), b.shuffle_vector(rs[2], rs[3], pair), quad)
+            kgi = b.lshr(k0, U.i64(2))
+            dst = b.gep(panel, [b.add(b.mul(kgi, U.i64(nv * vw * 4)), U.i64(v * vw * 4))], source_etype=I8)
+            b.store(q, dst, align=64)
+
+    full = K // 4
+    if full:
+        with U.for_range(b, 0, full, "pk") as kk:
+            group(b.mul(kk, U.i64(4)), 4)
+    if K % 4:
+        group(U.i64(full * 4), K % 4)
+    del kg
+
+
 def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: int, ft) -> None:
     """Store one vector of results: int32 as is, or requantized to 8 bits."""
     b, vw = g.b, g.vw
@@ -423,13 +471,18 @@ def emit_qdepthwise(module: ir.Module, name: str, *, spec: QProduct, x_shape, w:
         b.call(memset, [xp, ir.Constant(I8, 0), U.i64(plane * 4), ir.Constant(ir.IntType(1), 0)])
         xb = b.mul(pi, U.i64(H * W))
         with U.for_range(b, 0, H, "ih") as ih:
-            with U.for_range(b, 0, W, "iw") as iw:
-                v = ext(b.load(b.gep(args["x"], [b.add(xb, b.add(b.mul(ih, U.i64(W)), iw))], source_etype=I8),
-                            typ=I8), I32)
-                c = b.add(iw, U.i64(pl))
-                at = b.add(b.mul(b.urem(c, U.i64(sw)), U.i64(Hp * Wq)),
-                           b.add(b.mul(b.add(ih, U.i64(pt)), U.i64(Wq)), b.udiv(c, U.i64(sw))))
-                b.store(b.sub(v, ir.Constant(I32, xz)), b.gep(xp, [at], source_etype=I32))
+            src_row = b.add(xb, b.mul(ih, U.i64(W)))
+            dst_row = b.mul(b.add(ih, U.i64(pt)), U.i64(Wq))
+            for ph in range(sw):  # padded column c = ph + sw * q holds input column c - pl
+                q0 = max(0, -(-(pl - ph) // sw))
+                q1 = (W - 1 + pl - ph) // sw  # last q inside the input
+                if q1 < q0:
+                    continue
+                with U.for_range(b, q0, q1 + 1, f"q{ph}") as q:
+                    iw = b.add(b.mul(q, U.i64(sw)), U.i64(ph - pl))
+                    v = ext(b.load(b.gep(args["x"], [b.add(src_row, iw)], source_etype=I8), typ=I8), I32)
+                    at = b.add(U.i64(ph * Hp * Wq), b.add(dst_row, q))
+                    b.store(b.sub(v, ir.Constant(I32, xz)), b.gep(xp, [at], source_etype=I32))
         wrow = b.gep(args["wc"], [b.mul(ch, U.i64(KH * KW))], source_etype=I32)
         taps = [g.splat32(b.load(b.gep(wrow, [U.i64(t)], source_etype=I32), typ=I32)) for t in range(KH * KW)]
         bias_v = g.splat32(b.load(b.gep(args["bias"], [ch], source_etype=I32), typ=I32))
@@ -554,9 +607,11 @@ def _lower_qconv(low: Lowering, node: Node) -> None:
                      scratch=info.scratch_bytes_per_thread))
         return
     kt, pt = conv_tables(xs_shape, w4.shape, strides, pads, dil, o_shape)
+    dense = w4.shape[2:] == (1, 1) and tuple(strides) == (1, 1) and not any(pads)
     spec = QProduct(units=N * G, R=R, K=K, P=P, x_unit=(C * H * W, cg * H * W), groups=G,
                     out_unit=(M * P, R * P), out_rs=P, out_ps=1, H=H, W=W, x_unsigned=x.dtype == np.uint8,
-                    out_kind=kind, float64=not a.get("float32", False), relu=bool(a.get("relu", False)))
+                    out_kind=kind, float64=not a.get("float32", False), relu=bool(a.get("relu", False)),
+                    dense=dense)
     _step(low, node, spec, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(), bias=bias,
           xz=_one(xz, node, "x_zero_point"), k_tables=kt, p_tables=pt, mult=mult,
           yz=_one(yz, node, "y_zero_point") if node.op == "QLinearConv" else 0)
