@@ -34,6 +34,7 @@ from glowpy.backends.cpu.steps import SCRATCH, Step
 from glowpy.backends.cpu.target import host_target
 from glowpy.errors import UnsupportedOperator, UnsupportedShape
 from glowpy.ir.graph import Node, Value
+from glowpy.ir.types import TensorType
 
 from .common import KernelInfo
 
@@ -64,7 +65,8 @@ class QProduct:
     out_kind: str  # "i32" (accumulator) or "u8" / "i8" (requantized)
     float64: bool = False
     relu: bool = False
-    dense: bool = False  # x of a unit is the plain [K][P] matrix (1x1, stride 1, no pads): vector packing
+    dense: bool = False  # im2col row k is x[ktab[k] + p]: vector packing
+    out_map: bool = False  # column p stores at out row + ptab[p] (skipped where -1)
 
 
 def _vnni(vw: int) -> bool:
@@ -165,7 +167,7 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
         p0 = b.mul(pn, U.i64(nr), name="p0")
         ncols = b.sub(U.i64(P), p0, name="ncols")  # valid columns from p0 (may exceed nr)
         if spec.dense:
-            _pack_dense(g, spec, args["x"], panel, xbase, p0, nv, kg)
+            _pack_dense(g, spec, args["x"], args["ktab"], panel, xbase, p0, nv, kg)
         else:
             _pack_panel(b, spec, args, panel, xbase, p0, nr, kg, xz_u)
         if need_colsum:
@@ -192,7 +194,7 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
                     if need_colsum:
                         cs = b.load(b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), typ=g.i32v, align=4)
                         t = b.sub(t, b.mul(zpr, cs))
-                    _store_out(g, spec, args["out"], orow, p0, v, ncols, t, m, yz, ft)
+                    _store_out(g, spec, args["out"], orow, p0, v, ncols, t, m, yz, ft, args["ptab"])
 
         rloop = U.for_range(b, 0, rfull, "rb") if rfull else None
         if rloop is not None:
@@ -343,9 +345,10 @@ def _pack_panel(b: ir.IRBuilder, spec: QProduct, args: dict, panel, xbase, p0, n
             b.store(ir.Constant(I8, 0), b.gep(dst, [off], source_etype=I8))
 
 
-def _pack_dense(g: _Gen, spec: QProduct, x, panel, xbase, p0, nv: int, kg: int) -> None:
-    """_pack_panel for x = [K][P]: four rows of VW bytes interleaved into one [VW][4] vector (columns
-    past P are loaded as 0 and never stored)."""
+def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg: int) -> None:
+    """_pack_panel where row k of the im2col is x[ktab[k] + p] (a 1x1 convolution, or a stride-1 one
+    over its padded input): four rows of VW bytes interleaved into one [VW][4] vector (columns past P
+    are loaded as 0 and never stored)."""
     b, vw, K, P = g.b, g.vw, spec.K, spec.P
     row_t = ir.VectorType(I8, vw)
     mask_t = ir.VectorType(ir.IntType(1), vw)
@@ -368,7 +371,8 @@ def _pack_dense(g: _Gen, spec: QProduct, x, panel, xbase, p0, nv: int, kg: int) 
                 if t >= rows:
                     rs.append(zero)
                     continue
-                at = b.add(col, b.mul(b.add(k0, U.i64(t)), U.i64(P)))
+                kofs = b.load(b.gep(ktab, [b.add(k0, U.i64(t))], source_etype=I32), typ=I32)
+                at = b.add(col, b.sext(kofs, I64))
                 r = b.call(load, [b.gep(x, [at], source_etype=I8), U.i32(1), masks[v], zero])
                 if not spec.x_unsigned:
                     r = b.xor(r, ir.Constant(row_t, [-128] * vw))
@@ -387,7 +391,7 @@ def _pack_dense(g: _Gen, spec: QProduct, x, panel, xbase, p0, nv: int, kg: int) 
     del kg
 
 
-def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: int, ft) -> None:
+def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: int, ft, ptab=None) -> None:
     """Store one vector of results: int32 as is, or requantized to 8 bits."""
     b, vw = g.b, g.vw
     if spec.out_kind == "i32":
@@ -412,6 +416,16 @@ def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: 
                                             ir.Constant(g.i32v, [0] * vw)))
     vt = val.type
     tag = f"v{vw}i{et.width}"
+    if spec.out_map:
+        i32v = ir.VectorType(I32, vw)
+        maps = b.load(b.gep(ptab, [pv], source_etype=I32), typ=i32v, align=4)
+        mask = b.and_(mask, b.icmp_signed(">=", maps, ir.Constant(i32v, [0] * vw)))
+        idx = b.add(b.sext(maps, ir.VectorType(I64, vw)), g.splat(orow, I64))
+        ptrs = b.gep(out, [idx], source_etype=et)
+        ptrs.type = ir.VectorType(PTR, vw)
+        fn = U.declare(g.m, f"llvm.masked.scatter.{tag}.v{vw}p0", ir.VoidType(), [vt, ptrs.type, I32, mask.type])
+        b.call(fn, [val, ptrs, U.i32(et.width // 8), mask])
+        return
     if spec.out_ps == 1:
         ptr = b.gep(out, [b.add(orow, pv)], source_etype=et)
         fn = U.declare(g.m, f"llvm.masked.store.{tag}.p0", ir.VoidType(), [vt, PTR, I32, mask.type])
@@ -505,6 +519,40 @@ def emit_qdepthwise(module: ir.Module, name: str, *, spec: QProduct, x_shape, w:
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=plane * 4 + 128)
 
 
+def emit_qpad(module: ir.Module, name: str, *, planes: int, H: int, W: int, pads: tuple[int, int, int, int],
+              value: int) -> ir.Function:
+    """`void name(out, x, tid, nthreads)`: byte planes (H, W) -> (H + top + bottom, W + left + right)
+    filled with `value` (the zero point) around the copy."""
+    pt, pl, pb, pr = pads
+    Hp, Wp = H + pt + pb, W + pl + pr
+    fn, b = U.new_function(module, name, [("out", PTR), ("x", PTR), ("tid", I32), ("nthreads", I32)],
+                           internal=False)
+    out, x, tid, nt = fn.args
+    x.add_attribute("noalias")
+    memset = U.declare(module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, I64, ir.IntType(1)])
+    memcpy = U.declare(module, "llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)])
+    fill = ir.Constant(I8, value - 256 if value > 127 else value)
+    no = ir.Constant(ir.IntType(1), 0)
+    lo, hi = U.thread_range(b, planes, tid, nt, "plane")
+    with U.for_range(b, lo, hi, "pl") as pi:
+        dst = b.gep(out, [b.mul(pi, U.i64(Hp * Wp))], source_etype=I8)
+        src = b.gep(x, [b.mul(pi, U.i64(H * W))], source_etype=I8)
+        if pt:
+            b.call(memset, [dst, fill, U.i64(pt * Wp), no])
+        if pb:
+            b.call(memset, [b.gep(dst, [U.i64((pt + H) * Wp)], source_etype=I8), fill, U.i64(pb * Wp), no])
+        with U.for_range(b, 0, H, "ih") as ih:
+            row = b.gep(dst, [b.add(b.mul(ih, U.i64(Wp)), U.i64(pt * Wp))], source_etype=I8)
+            if pl:
+                b.call(memset, [row, fill, U.i64(pl), no])
+            b.call(memcpy, [b.gep(row, [U.i64(pl)], source_etype=I8),
+                            b.gep(src, [b.mul(ih, U.i64(W))], source_etype=I8), U.i64(W), no])
+            if pr:
+                b.call(memset, [b.gep(row, [U.i64(pl + W)], source_etype=I8), fill, U.i64(pr), no])
+    b.ret_void()
+    return fn
+
+
 # --- the tables of a convolution and a matrix product ----------------------------------------------
 
 
@@ -552,8 +600,8 @@ def _one(a: np.ndarray, node: Node, what: str) -> int:
     return int(a.reshape(-1)[0])
 
 
-def _step(low: Lowering, node: Node, spec: QProduct, **kw) -> None:
-    x, out = node.inputs[0], node.outputs[0]
+def _step(low: Lowering, node: Node, spec: QProduct, x: Value, **kw) -> None:
+    out = node.outputs[0]
     info = low.generate(emit_qproduct, low.fname([node]), ("w", "wz", "bias", "mult"), spec=spec,
                         vector_width=low.vector_width, **kw)
     args = [low.val(out), low.val(x), SCRATCH] + [low.array(p) for p in info.packed]
@@ -608,11 +656,31 @@ def _lower_qconv(low: Lowering, node: Node) -> None:
         return
     kt, pt = conv_tables(xs_shape, w4.shape, strides, pads, dil, o_shape)
     dense = w4.shape[2:] == (1, 1) and tuple(strides) == (1, 1) and not any(pads)
-    spec = QProduct(units=N * G, R=R, K=K, P=P, x_unit=(C * H * W, cg * H * W), groups=G,
-                    out_unit=(M * P, R * P), out_rs=P, out_ps=1, H=H, W=W, x_unsigned=x.dtype == np.uint8,
-                    out_kind=kind, float64=not a.get("float32", False), relu=bool(a.get("relu", False)),
-                    dense=dense)
-    _step(low, node, spec, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(), bias=bias,
+    common = dict(groups=G, out_unit=(M * P, R * P), out_rs=P, out_ps=1, x_unsigned=x.dtype == np.uint8,
+                  out_kind=kind, float64=not a.get("float32", False), relu=bool(a.get("relu", False)))
+    spec = QProduct(units=N * G, R=R, K=K, P=P, x_unit=(C * H * W, cg * H * W), H=H, W=W, dense=dense, **common)
+    src = x
+    if not dense and tuple(strides) == (1, 1):
+        # A stride-1 convolution over its padded input (one spare row: the last taps of the junk
+        # columns read past the plane) is a dense product over OH x Wp columns, of which the first
+        # OW of each row are stored.
+        Hp, Wp = H + pads[0] + pads[2] + 1, W + pads[1] + pads[3]
+        OH, OW = o_shape[2:]
+        src = Value(f"{out.name}.qpad", TensorType(x.dtype, (N, C, Hp, Wp)), "node")
+        fn = emit_qpad(low.kmod(), low.fname([node]), planes=N * C, H=H, W=W,
+                       pads=(pads[0], pads[1], pads[2] + 1, pads[3]), value=int(xz.reshape(-1)[0]))
+        low.add(Step(fn.name, fn, [low.val(src), low.val(x)], [src], [node], work=float(src.type.size)))
+        _, nv = choose_tile(R, low.vector_width)
+        nr = nv * low.vector_width
+        ci, kh, kw = np.meshgrid(np.arange(cg), np.arange(w4.shape[2]), np.arange(w4.shape[3]), indexing="ij")
+        kofs = ci.ravel() * Hp * Wp + kh.ravel() * dil[0] * Wp + kw.ravel() * dil[1]
+        kt = np.stack([kofs, 0 * kofs, 0 * kofs])
+        cols = OH * Wp
+        oh, ow = np.divmod(np.arange(-(-cols // nr) * nr + low.vector_width), Wp)
+        pt = np.where((ow < OW) & (oh < OH), oh * OW + ow, -1)[None]
+        spec = QProduct(units=N * G, R=R, K=K, P=cols, x_unit=(C * Hp * Wp, cg * Hp * Wp), H=1, W=1, dense=True,
+                        out_map=True, **common)
+    _step(low, node, spec, src, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(), bias=bias,
           xz=_one(xz, node, "x_zero_point"), k_tables=kt, p_tables=pt, mult=mult,
           yz=_one(yz, node, "y_zero_point") if node.op == "QLinearConv" else 0)
 
@@ -648,7 +716,7 @@ def _lower_qmatmul(low: Lowering, node: Node) -> None:
     spec = QProduct(units=1, R=N, K=K, P=Mrows, x_unit=(0, 0), groups=1, out_unit=(0, 0), out_rs=1, out_ps=N,
                     H=1, W=1, x_unsigned=a_v.dtype == np.uint8, out_kind=kind,
                     float64=not node.attrs.get("float32", False), relu=bool(node.attrs.get("relu", False)))
-    _step(low, node, spec, w=np.ascontiguousarray(bm.T).reshape(1, N, K),
+    _step(low, node, spec, a_v, w=np.ascontiguousarray(bm.T).reshape(1, N, K),
           wz=np.broadcast_to(bz.reshape(-1), (N,)).copy(), bias=bias, xz=_one(az, node, "a_zero_point"),
           k_tables=kt, p_tables=pt, mult=mult, yz=_one(yz, node, "y_zero_point") if node.op == "QLinearMatMul" else 0)
 
