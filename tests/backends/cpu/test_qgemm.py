@@ -66,6 +66,10 @@ def _qconv_graph(rng, x_shape, w_shape, *, group=1, strides=None, pads=None, dil
 CONV_CASES = {
     "1x1": dict(x_shape=(1, 8, 5, 5), w_shape=(16, 8, 1, 1)),
     "1x1_int8_odd": dict(x_shape=(2, 7, 5, 7), w_shape=(11, 7, 1, 1), xdt=I8, ydt=I8, float32=False),
+    "1x1_s2": dict(x_shape=(1, 8, 9, 11), w_shape=(12, 8, 1, 1), strides=(2, 2)),
+    "dilated_s2": dict(x_shape=(1, 5, 13, 12), w_shape=(7, 5, 3, 3), strides=(2, 3), dilations=(2, 1),
+                       pads=(1, 2, 0, 1)),
+    "7x7_s2": dict(x_shape=(1, 3, 20, 19), w_shape=(8, 3, 7, 7), strides=(2, 2), pads=(3, 3, 3, 3)),
     "3x3_pad_stride": dict(x_shape=(2, 6, 7, 9), w_shape=(5, 6, 3, 3), strides=(2, 1), pads=(1, 1, 1, 1)),
     "k_odd_rows_odd": dict(x_shape=(1, 3, 11, 6), w_shape=(13, 3, 3, 1), pads=(0, 0, 2, 0)),
     "dilated": dict(x_shape=(1, 5, 9, 8), w_shape=(7, 5, 3, 2), dilations=(2, 3), pads=(2, 1, 0, 3)),

@@ -519,12 +519,15 @@ def emit_qdepthwise(module: ir.Module, name: str, *, spec: QProduct, x_shape, w:
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=plane * 4 + 128)
 
 
-def emit_qpad(module: ir.Module, name: str, *, planes: int, H: int, W: int, pads: tuple[int, int, int, int],
+def emit_qpad(module: ir.Module, name: str, *, planes: int, H: int, W: int, pads: tuple[int, int],
+              stride: tuple[int, int], out_hw: tuple[int, int], phases: tuple[tuple[int, int], ...],
               value: int) -> ir.Function:
-    """`void name(out, x, tid, nthreads)`: byte planes (H, W) -> (H + top + bottom, W + left + right)
-    filled with `value` (the zero point) around the copy."""
-    pt, pl, pb, pr = pads
-    Hp, Wp = H + pt + pb, W + pl + pr
+    """`void name(out, x, tid, nthreads)`: each byte plane (H, W), padded by `value` (the zero point) with
+    top / left `pads`, as the stride phases the taps read: out[f][i][j] = padded[i * sh + rh][j * sw + rw]
+    for phase f = (rh, rw) of `phases`, i < Hq, j < Wq (`out_hw`), `value` where that is outside the input."""
+    pt, pl = pads
+    sh, sw = stride
+    Hq, Wq = out_hw
     fn, b = U.new_function(module, name, [("out", PTR), ("x", PTR), ("tid", I32), ("nthreads", I32)],
                            internal=False)
     out, x, tid, nt = fn.args
@@ -534,21 +537,28 @@ def emit_qpad(module: ir.Module, name: str, *, planes: int, H: int, W: int, pads
     fill = ir.Constant(I8, value - 256 if value > 127 else value)
     no = ir.Constant(ir.IntType(1), 0)
     lo, hi = U.thread_range(b, planes, tid, nt, "plane")
+    plane = len(phases) * Hq * Wq
     with U.for_range(b, lo, hi, "pl") as pi:
-        dst = b.gep(out, [b.mul(pi, U.i64(Hp * Wp))], source_etype=I8)
+        b.call(memset, [b.gep(out, [b.mul(pi, U.i64(plane))], source_etype=I8), fill, U.i64(plane), no])
         src = b.gep(x, [b.mul(pi, U.i64(H * W))], source_etype=I8)
-        if pt:
-            b.call(memset, [dst, fill, U.i64(pt * Wp), no])
-        if pb:
-            b.call(memset, [b.gep(dst, [U.i64((pt + H) * Wp)], source_etype=I8), fill, U.i64(pb * Wp), no])
-        with U.for_range(b, 0, H, "ih") as ih:
-            row = b.gep(dst, [b.add(b.mul(ih, U.i64(Wp)), U.i64(pt * Wp))], source_etype=I8)
-            if pl:
-                b.call(memset, [row, fill, U.i64(pl), no])
-            b.call(memcpy, [b.gep(row, [U.i64(pl)], source_etype=I8),
-                            b.gep(src, [b.mul(ih, U.i64(W))], source_etype=I8), U.i64(W), no])
-            if pr:
-                b.call(memset, [b.gep(row, [U.i64(pl + W)], source_etype=I8), fill, U.i64(pr), no])
+        for f, (rh, rw) in enumerate(phases):
+            i0 = max(0, -(-(pt - rh) // sh))
+            i1 = min(Hq - 1, (H - 1 + pt - rh) // sh)
+            j0 = max(0, -(-(pl - rw) // sw))
+            j1 = min(Wq - 1, (W - 1 + pl - rw) // sw)
+            if i1 < i0 or j1 < j0:
+                continue
+            phase = b.add(b.mul(pi, U.i64(plane)), U.i64(f * Hq * Wq))
+            with U.for_range(b, i0, i1 + 1, f"i{rh}{rw}") as i:
+                srow = b.gep(src, [b.mul(b.add(b.mul(i, U.i64(sh)), U.i64(rh - pt)), U.i64(W))], source_etype=I8)
+                drow = b.gep(out, [b.add(phase, b.mul(i, U.i64(Wq)))], source_etype=I8)
+                if sw == 1:
+                    b.call(memcpy, [b.gep(drow, [U.i64(j0)], source_etype=I8),
+                                    b.gep(srow, [U.i64(j0 - pl + rw)], source_etype=I8), U.i64(j1 - j0 + 1), no])
+                else:
+                    with U.for_range(b, j0, j1 + 1, f"j{rh}{rw}") as j:
+                        at = b.add(b.mul(j, U.i64(sw)), U.i64(rw - pl))
+                        b.store(b.load(b.gep(srow, [at], source_etype=I8), typ=I8), b.gep(drow, [j], source_etype=I8))
     b.ret_void()
     return fn
 
@@ -660,25 +670,34 @@ def _lower_qconv(low: Lowering, node: Node) -> None:
                   out_kind=kind, float64=not a.get("float32", False), relu=bool(a.get("relu", False)))
     spec = QProduct(units=N * G, R=R, K=K, P=P, x_unit=(C * H * W, cg * H * W), H=H, W=W, dense=dense, **common)
     src = x
-    if not dense and tuple(strides) == (1, 1):
-        # A stride-1 convolution over its padded input (one spare row: the last taps of the junk
-        # columns read past the plane) is a dense product over OH x Wp columns, of which the first
-        # OW of each row are stored.
-        Hp, Wp = H + pads[0] + pads[2] + 1, W + pads[1] + pads[3]
+    if not dense:
+        # Over its zero-point-padded input split into stride phases, every tap of a convolution reads
+        # a contiguous run: the product is dense over OH x Wq columns (the first OW of each row are
+        # stored), tap (kh, kw) at phase (kh*dh % sh, kw*dw % sw), row oh + kh*dh // sh, column
+        # ow + kw*dw // sw. One spare row: the last taps of the junk columns read past the plane.
+        sh, sw = strides
         OH, OW = o_shape[2:]
-        src = Value(f"{out.name}.qpad", TensorType(x.dtype, (N, C, Hp, Wp)), "node")
-        fn = emit_qpad(low.kmod(), low.fname([node]), planes=N * C, H=H, W=W,
-                       pads=(pads[0], pads[1], pads[2] + 1, pads[3]), value=int(xz.reshape(-1)[0]))
+        KH, KW = w4.shape[2:]
+        Hq = max(OH + (KH - 1) * dil[0] // sh + 1, -(-(H + pads[0]) // sh))
+        Wq = max(OW + (KW - 1) * dil[1] // sw, -(-(W + pads[1]) // sw))
+        ci, kh, kw = (t.ravel() for t in np.meshgrid(np.arange(cg), np.arange(KH), np.arange(KW), indexing="ij"))
+        rh, rw = kh * dil[0] % sh, kw * dil[1] % sw
+        phases = tuple(sorted(set(zip(rh.tolist(), rw.tolist()))))
+        phase_of = {ph: f for f, ph in enumerate(phases)}
+        plane = len(phases) * Hq * Wq
+        src = Value(f"{out.name}.qpad", TensorType(x.dtype, (N, C, len(phases) * Hq, Wq)), "node")
+        fn = emit_qpad(low.kmod(), low.fname([node]), planes=N * C, H=H, W=W, pads=(pads[0], pads[1]),
+                       stride=(sh, sw), out_hw=(Hq, Wq), phases=phases, value=int(xz.reshape(-1)[0]))
         low.add(Step(fn.name, fn, [low.val(src), low.val(x)], [src], [node], work=float(src.type.size)))
         _, nv = choose_tile(R, low.vector_width)
         nr = nv * low.vector_width
-        ci, kh, kw = np.meshgrid(np.arange(cg), np.arange(w4.shape[2]), np.arange(w4.shape[3]), indexing="ij")
-        kofs = ci.ravel() * Hp * Wp + kh.ravel() * dil[0] * Wp + kw.ravel() * dil[1]
+        f = np.array([phase_of[ph] for ph in zip(rh.tolist(), rw.tolist())], np.int64)
+        kofs = ci * plane + f * Hq * Wq + (kh * dil[0] // sh) * Wq + kw * dil[1] // sw
         kt = np.stack([kofs, 0 * kofs, 0 * kofs])
-        cols = OH * Wp
-        oh, ow = np.divmod(np.arange(-(-cols // nr) * nr + low.vector_width), Wp)
+        cols = OH * Wq
+        oh, ow = np.divmod(np.arange(-(-cols // nr) * nr + low.vector_width), Wq)
         pt = np.where((ow < OW) & (oh < OH), oh * OW + ow, -1)[None]
-        spec = QProduct(units=N * G, R=R, K=K, P=cols, x_unit=(C * Hp * Wp, cg * Hp * Wp), H=1, W=1, dense=True,
+        spec = QProduct(units=N * G, R=R, K=K, P=cols, x_unit=(C * plane, cg * plane), H=1, W=1, dense=True,
                         out_map=True, **common)
     _step(low, node, spec, src, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(), bias=bias,
           xz=_one(xz, node, "x_zero_point"), k_tables=kt, p_tables=pt, mult=mult,
