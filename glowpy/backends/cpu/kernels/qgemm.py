@@ -73,14 +73,23 @@ def _vnni(vw: int) -> bool:
     return vw == 16 and host_target().has("avx512vnni")
 
 
-def choose_tile(rows: int, vw: int) -> tuple[int, int]:
-    """(MR, NV): VNNI keeps MR * NV accumulators (32 registers), pmaddwd twice that (2 halves)."""
+def choose_tile(rows: int, cols: int, vw: int) -> tuple[int, int]:
+    """(MR, NV): the register block with the least padded work (rows to MR, columns to NV vectors),
+    weighted by its load overhead per multiply (1/MR + 1/NV). VNNI keeps MR * NV accumulators (of 32
+    registers), pmaddwd twice that (two halves per vector)."""
     if _vnni(vw):
-        mr, nv = 8, 3
+        cands = ((8, 3), (6, 4), (4, 6))
     elif vw == 16:
-        mr, nv = 6, 2
+        cands = ((6, 2), (4, 3))
     else:
-        mr, nv = 6, 1
+        cands = ((6, 1), (3, 2))
+
+    def cost(c: tuple[int, int]) -> float:
+        mr, nv = min(c[0], rows), c[1]
+        padded = -(-rows // mr) * mr * -(-cols // (nv * vw)) * nv * vw
+        return padded * (1 + 0.5 * (1 / mr + 1 / nv))
+
+    mr, nv = min(cands, key=cost)
     return max(1, min(mr, rows)), nv
 
 
@@ -120,7 +129,7 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
     """
     vw = vector_width
     vnni = _vnni(vw)
-    mr, nv = choose_tile(spec.R, vw)
+    mr, nv = choose_tile(spec.R, spec.P, vw)
     nr = nv * vw
     R, K, P = spec.R, spec.K, spec.P
     kg = -(-K // 4)
@@ -689,12 +698,12 @@ def _lower_qconv(low: Lowering, node: Node) -> None:
         fn = emit_qpad(low.kmod(), low.fname([node]), planes=N * C, H=H, W=W, pads=(pads[0], pads[1]),
                        stride=(sh, sw), out_hw=(Hq, Wq), phases=phases, value=int(xz.reshape(-1)[0]))
         low.add(Step(fn.name, fn, [low.val(src), low.val(x)], [src], [node], work=float(src.type.size)))
-        _, nv = choose_tile(R, low.vector_width)
+        cols = OH * Wq
+        _, nv = choose_tile(R, cols, low.vector_width)
         nr = nv * low.vector_width
         f = np.array([phase_of[ph] for ph in zip(rh.tolist(), rw.tolist())], np.int64)
         kofs = ci * plane + f * Hq * Wq + (kh * dil[0] // sh) * Wq + kw * dil[1] // sw
         kt = np.stack([kofs, 0 * kofs, 0 * kofs])
-        cols = OH * Wq
         oh, ow = np.divmod(np.arange(-(-cols // nr) * nr + low.vector_width), Wq)
         pt = np.where((ow < OW) & (oh < OH), oh * OW + ow, -1)[None]
         spec = QProduct(units=N * G, R=R, K=K, P=cols, x_unit=(C * plane, cg * plane), H=1, W=1, dense=True,
