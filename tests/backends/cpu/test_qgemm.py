@@ -15,7 +15,6 @@ import pytest
 from glowpy.backends.cpu import CpuBackend
 from glowpy.backends.cpu.target import isa_available
 from glowpy.backends.interpreter import InterpreterBackend
-from glowpy.errors import UnsupportedOperator
 from glowpy.ir.graph import Graph
 from glowpy.ir.types import TensorType
 
@@ -159,15 +158,35 @@ def test_matmul_integer_matches_interpreter(isa: str) -> None:
         _check(g, [_ints(rng, spec.get("adt", U8), spec["a_shape"])], isa)
 
 
-def test_runtime_weights_are_refused_naming_the_operand() -> None:
-    g = Graph("qmm_runtime")
-    a = g.add_input("a", TensorType(U8, (4, 8)))
-    b = g.add_input("b", TensorType(I8, (8, 3)))
-    az = g.add_constant("az", np.array(0, U8))
-    bz = g.add_constant("bz", np.array(0, I8))
-    g.outputs = [g.add_node("MatMulInteger", [a, b, az, bz], {}, name="mm").outputs[0]]
-    with pytest.raises(UnsupportedOperator, match="constant weights.*'b'|constant weights"):
-        CpuBackend().compile(g)
+@pytest.mark.parametrize("isa", ISAS)
+def test_runtime_operands_run_the_plain_kernels(isa: str) -> None:
+    """Weights, scales and zero points computed at run time (graph inputs): per-row A parameters,
+    broadcast batches, float16 scales, a grouped strided conv with per-channel weight parameters."""
+    rng = np.random.default_rng(9)
+    F16 = np.dtype(np.float16)
+    g = Graph("runtime_q")
+    a = g.add_input("a", TensorType(U8, (2, 3, 5, 6)))
+    b = g.add_input("b", TensorType(I8, (3, 6, 4)))
+    az = g.add_input("az", TensorType(U8, (2, 3, 5, 1)))
+    bz = g.add_input("bz", TensorType(I8, (4,)))
+    ascale = g.add_input("as", TensorType(F16, (2, 3, 5, 1)))
+    bs = g.add_input("bs", TensorType(F16, (4,)))
+    mm = g.add_node("QLinearMatMul", [a, ascale, az, b, bs, bz, g.add_constant("ys", np.array(0.5, F16)),
+                                      g.add_constant("yz", np.array(-2, I8))], {}, name="mm").outputs[0]
+    mi = g.add_node("MatMulInteger", [a, b, az, bz], {}, name="mi").outputs[0]
+    x = g.add_input("x", TensorType(I8, (1, 4, 9, 8)))
+    w = g.add_input("w", TensorType(U8, (6, 2, 3, 3)))
+    c = lambda n, v, t=F32: g.add_constant(n, np.asarray(v, t))  # noqa: E731
+    conv = g.add_node("QLinearConv", [x, c("xs", 0.03), c("xz", -4, I8), w, c("ws", rng.random(6) * 0.01 + 1e-3),
+                                      c("wz", rng.integers(120, 136, 6), U8), c("cys", 0.2), c("cyz", 7, U8),
+                                      c("bias", rng.integers(-900, 900, 6), I32)],
+                      {"group": 2, "strides": (2, 1), "pads": (1, 0, 1, 2), "dilations": (1, 2), "relu": True},
+                      name="conv").outputs[0]
+    g.outputs = [mm, mi, conv]
+    feeds = [_ints(rng, U8, (2, 3, 5, 6)), _ints(rng, I8, (3, 6, 4)), _ints(rng, U8, (2, 3, 5, 1)),
+             rng.integers(-3, 4, 4).astype(I8), (rng.random((2, 3, 5, 1)) * 0.1 + 0.01).astype(F16),
+             (rng.random(4) * 0.1 + 0.01).astype(F16), _ints(rng, I8, (1, 4, 9, 8)), _ints(rng, U8, (6, 2, 3, 3))]
+    _check(g, feeds, isa)
 
 
 @pytest.mark.parametrize("isa", ISAS)

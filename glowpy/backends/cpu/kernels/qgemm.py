@@ -23,6 +23,7 @@ in float32 (or float64), round half to even, + y_zero_point, saturate; relu as m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,7 +31,7 @@ import numpy as np
 from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
-from glowpy.backends.cpu.steps import SCRATCH, Step
+from glowpy.backends.cpu.steps import NULL, SCRATCH, Step
 from glowpy.backends.cpu.target import host_target
 from glowpy.errors import UnsupportedOperator, UnsupportedShape
 from glowpy.ir.graph import Node, Value
@@ -600,6 +601,140 @@ def matmul_tables(M: int, K: int) -> tuple[np.ndarray, np.ndarray]:
     return kt.astype(np.int32), pt.astype(np.int32)
 
 
+# --- any operand at run time: plain loops (the reference arithmetic, one output at a time) ----------
+
+
+def _scalar_requant(b: ir.IRBuilder, acc, mult, yz, out_dtype: np.dtype, relu: bool, ft) -> ir.Value:
+    """saturate(rint(ft(acc) * mult) + yz) (max with yz under relu) as 8 bits; yz an i32 value."""
+    rfn = U.declare(b.module, f"llvm.roundeven.{'f64' if ft == F64 else 'f32'}", ft, [ft])
+    y = b.fadd(b.call(rfn, [b.fmul(b.sitofp(acc, ft), mult)]), b.sitofp(yz, ft))
+    lo, hi = (0.0, 255.0) if np.dtype(out_dtype) == np.uint8 else (-128.0, 127.0)
+    if relu:
+        zf = b.sitofp(yz, ft)
+        y = b.select(b.fcmp_ordered("<", y, zf), zf, y)
+    y = b.select(b.fcmp_ordered("<", y, ir.Constant(ft, lo)), ir.Constant(ft, lo), y)
+    y = b.select(b.fcmp_ordered(">", y, ir.Constant(ft, hi)), ir.Constant(ft, hi), y)
+    return b.trunc(b.fptosi(y, I32), I8)
+
+
+def _int_load(b: ir.IRBuilder, ptr, index, dtype: np.dtype):
+    v = b.load(b.gep(ptr, [index], source_etype=I8 if np.dtype(dtype).itemsize == 1 else I32),
+               typ=I8 if np.dtype(dtype).itemsize == 1 else I32)
+    if np.dtype(dtype).itemsize == 4:
+        return v
+    return b.zext(v, I32) if np.dtype(dtype) == np.uint8 else b.sext(v, I32)
+
+
+def _float_load(b: ir.IRBuilder, ptr, index, dtype: np.dtype):
+    """A scale as float32 (float16 widened exactly)."""
+    if np.dtype(dtype) == np.float16:
+        return b.fpext(b.load(b.gep(ptr, [index], source_etype=ir.HalfType()), typ=ir.HalfType()), F32)
+    return b.load(b.gep(ptr, [index], source_etype=F32), typ=F32)
+
+
+def _scale_op(b: ir.IRBuilder, op: str, x, y, dtype: np.dtype):
+    """x op y in the scales' type (float16 rounds after each op, as numpy)."""
+    r = b.fmul(x, y) if op == "*" else b.fdiv(x, y)
+    return b.fpext(b.fptrunc(r, ir.HalfType()), F32) if np.dtype(dtype) == np.float16 else r
+
+
+def emit_qconv_runtime(module: ir.Module, name: str, *, op: str, x_shape, w_shape, out_shape, group: int, strides,
+                       pads, dilations, dtypes: tuple, per_channel: tuple[bool, bool], float64: bool,
+                       relu: bool) -> ir.Function:
+    """`void name(out, x, w, xz, wz[, xs, ws, ys, yz, bias], tid, nthreads)`: one output at a time."""
+    N, C, H, W = x_shape
+    M, cg, KH, KW = w_shape
+    OH, OW = out_shape[2:]
+    R = M // group
+    xdt, wdt, ydt = dtypes
+    quant = op == "QLinearConv"
+    names = ["out", "x", "w", "xz", "wz"] + (["xs", "ws", "ys", "yz", "bias"] if quant else [])
+    fn, b = U.new_function(module, name, [(n, PTR) for n in names] + [("tid", I32), ("nthreads", I32)],
+                           internal=False)
+    a = {arg.name: arg for arg in fn.args}
+    ft = F64 if float64 else F32
+    xz = _int_load(b, a["xz"], U.i64(0), xdt)
+    lo, hi = U.thread_range(b, N * M, a["tid"], a["nthreads"], "nm")
+    with U.for_range(b, lo, hi, "nm") as nm:
+        n, co = b.udiv(nm, U.i64(M)), b.urem(nm, U.i64(M))
+        ch = co if per_channel[0] else U.i64(0)
+        wz = _int_load(b, a["wz"], ch, wdt)
+        g0 = b.mul(b.udiv(co, U.i64(R)), U.i64(cg))
+        if quant:
+            ws = _float_load(b, a["ws"], co if per_channel[1] else U.i64(0), np.float32)
+            mult = b.fdiv(b.fmul(_float_load(b, a["xs"], U.i64(0), np.float32), ws), _float_load(b, a["ys"], U.i64(0),
+                                                                                                   np.float32))
+            mult = b.fpext(mult, F64) if float64 else mult
+            bias = _int_load(b, a["bias"], co, np.int32)
+            yz = _int_load(b, a["yz"], U.i64(0), ydt)
+        with U.for_range(b, 0, OH, "oh") as oh, U.for_range(b, 0, OW, "ow") as ow:
+            slot = U.entry_alloca(b, I32, "acc")
+            b.store(ir.Constant(I32, 0), slot)
+            with U.for_range(b, 0, cg, "ci") as ci, U.for_range(b, 0, KH, "kh") as kh, \
+                    U.for_range(b, 0, KW, "kw") as kw:
+                ih = b.add(b.mul(oh, U.i64(strides[0])), b.sub(b.mul(kh, U.i64(dilations[0])), U.i64(pads[0])))
+                iw = b.add(b.mul(ow, U.i64(strides[1])), b.sub(b.mul(kw, U.i64(dilations[1])), U.i64(pads[1])))
+                ok = b.and_(b.icmp_unsigned("<", ih, U.i64(H)), b.icmp_unsigned("<", iw, U.i64(W)))
+                with U.if_then(b, ok, "inside"):
+                    xi = b.add(b.mul(b.add(b.mul(n, U.i64(C)), b.add(g0, ci)), U.i64(H * W)),
+                               b.add(b.mul(ih, U.i64(W)), iw))
+                    wi = b.add(b.mul(b.add(b.mul(co, U.i64(cg)), ci), U.i64(KH * KW)), b.add(b.mul(kh, U.i64(KW)), kw))
+                    prod = b.mul(b.sub(_int_load(b, a["x"], xi, xdt), xz), b.sub(_int_load(b, a["w"], wi, wdt), wz))
+                    b.store(b.add(b.load(slot, typ=I32), prod), slot)
+            acc = b.load(slot, typ=I32)
+            oi = b.add(b.mul(nm, U.i64(OH * OW)), b.add(b.mul(oh, U.i64(OW)), ow))
+            if quant:
+                b.store(_scalar_requant(b, b.add(acc, bias), mult, yz, ydt, relu, ft),
+                        b.gep(a["out"], [oi], source_etype=I8))
+            else:
+                b.store(acc, b.gep(a["out"], [oi], source_etype=I32))
+    b.ret_void()
+    return fn
+
+
+def emit_qmatmul_runtime(module: ir.Module, name: str, *, op: str, out_dims, K: int, strides: dict, dtypes: dict,
+                         float64: bool, relu: bool, has_bias: bool) -> ir.Function:
+    """`void name(out, a, b, az, bz[, as, bs, ys, yz, bias], tid, nthreads)`: out_dims = batch + (M, N);
+    strides[operand] are its element strides over those dims (0 where it broadcasts; for a and b the
+    offset of k = 0), k steps 1 in a and N_b in b (strides["bk"])."""
+    quant = op == "QLinearMatMul"
+    names = ["out", "a", "b", "az", "bz"] + (["as", "bs", "ys", "yz", "bias"] if quant else [])
+    fn, bl = U.new_function(module, name, [(n, PTR) for n in names] + [("tid", I32), ("nthreads", I32)],
+                            internal=False)
+    a = {arg.name: arg for arg in fn.args}
+    ft = F64 if float64 else F32
+    keys = ["out", "a", "b", "az", "bz"] + (["as", "bs", "bias"] if quant else [])
+    st = [strides[k] for k in keys]
+
+    def body(offs, _idx) -> None:
+        o = dict(zip(keys, offs))
+        az = _int_load(bl, a["az"], o["az"], dtypes["a"])
+        bz = _int_load(bl, a["bz"], o["bz"], dtypes["b"])
+        slot = U.entry_alloca(bl, I32, "acc")
+        bl.store(ir.Constant(I32, 0), slot)
+        with U.for_range(bl, 0, K, "k") as k:
+            av = bl.sub(_int_load(bl, a["a"], bl.add(o["a"], k), dtypes["a"]), az)
+            bv = bl.sub(_int_load(bl, a["b"], bl.add(o["b"], bl.mul(k, U.i64(strides["bk"]))), dtypes["b"]), bz)
+            bl.store(bl.add(bl.load(slot, typ=I32), bl.mul(av, bv)), slot)
+        acc = bl.load(slot, typ=I32)
+        if not quant:
+            bl.store(acc, bl.gep(a["out"], [o["out"]], source_etype=I32))
+            return
+        if has_bias:
+            acc = bl.add(acc, _int_load(bl, a["bias"], o["bias"], np.int32))
+        sd = dtypes["scale"]
+        mult = _scale_op(bl, "/", _scale_op(bl, "*", _float_load(bl, a["as"], o["as"], sd),
+                                            _float_load(bl, a["bs"], o["bs"], sd), sd),
+                         _float_load(bl, a["ys"], U.i64(0), sd), sd)
+        mult = bl.fpext(mult, F64) if float64 else mult
+        yz = _int_load(bl, a["yz"], U.i64(0), dtypes["y"])
+        bl.store(_scalar_requant(bl, acc, mult, yz, dtypes["y"], relu, ft), bl.gep(a["out"], [o["out"]], source_etype=I8))
+
+    U.nest(bl, list(out_dims), st, [U.i64(0)] * len(keys), body, split=(a["tid"], a["nthreads"]), name="q")
+    bl.ret_void()
+    return fn
+
+
 # --- lowering: the graph nodes onto emit_qproduct ---------------------------------------------------
 
 
@@ -629,7 +764,7 @@ def _step(low: Lowering, node: Node, spec: QProduct, x: Value, **kw) -> None:
                  scratch=info.scratch_bytes_per_thread))
 
 
-def _lower_qconv(low: Lowering, node: Node) -> None:
+def _lower_qconv_packed(low: Lowering, node: Node) -> None:
     """QLinearConv and ConvInteger over NCHW (1-D as height 1) with constant weights."""
     if node.op == "QLinearConv":
         x, _, xz_v, w_v, ws_v, wz_v, ys_v, yz_v, b_v = node.inputs
@@ -640,6 +775,8 @@ def _lower_qconv(low: Lowering, node: Node) -> None:
         bias = None
     out = node.outputs[0]
     a = node.attrs
+    xz_i = _one(xz, node, "x_zero_point")
+    yz_i = _one(yz, node, "y_zero_point") if node.op == "QLinearConv" else 0
     xs_shape, w4, strides, pads, dil = tuple(x.shape), w, a["strides"], a["pads"], a["dilations"]
     if x.type.rank == 3:
         xs_shape = (x.shape[0], x.shape[1], 1, x.shape[2])
@@ -665,10 +802,8 @@ def _lower_qconv(low: Lowering, node: Node) -> None:
                         float64=not a.get("float32", False), relu=bool(a.get("relu", False)))
         info = low.generate(emit_qdepthwise, low.fname([node]), ("w", "wz", "bias", "mult"), spec=spec,
                             x_shape=xs_shape, w=w4, wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(), bias=bias,
-                            xz=_one(xz, node, "x_zero_point"), strides=tuple(strides), pads=tuple(pads),
-                            dilations=tuple(dil), out_hw=o_shape[2:], mult=mult,
-                            yz=_one(yz, node, "y_zero_point") if node.op == "QLinearConv" else 0,
-                            vector_width=low.vector_width)
+                            xz=xz_i, strides=tuple(strides), pads=tuple(pads), dilations=tuple(dil),
+                            out_hw=o_shape[2:], mult=mult, yz=yz_i, vector_width=low.vector_width)
         args = [low.val(out), low.val(x), SCRATCH] + [low.array(p) for p in info.packed]
         low.add(Step(info.function.name, info.function, args, [out], [node], work=2.0 * N * M * K * P,
                      scratch=info.scratch_bytes_per_thread))
@@ -696,7 +831,7 @@ def _lower_qconv(low: Lowering, node: Node) -> None:
         plane = len(phases) * Hq * Wq
         src = Value(f"{out.name}.qpad", TensorType(x.dtype, (N, C, len(phases) * Hq, Wq)), "node")
         fn = emit_qpad(low.kmod(), low.fname([node]), planes=N * C, H=H, W=W, pads=(pads[0], pads[1]),
-                       stride=(sh, sw), out_hw=(Hq, Wq), phases=phases, value=int(xz.reshape(-1)[0]))
+                       stride=(sh, sw), out_hw=(Hq, Wq), phases=phases, value=xz_i)
         low.add(Step(fn.name, fn, [low.val(src), low.val(x)], [src], [node], work=float(src.type.size)))
         cols = OH * Wq
         _, nv = choose_tile(R, cols, low.vector_width)
@@ -709,11 +844,10 @@ def _lower_qconv(low: Lowering, node: Node) -> None:
         spec = QProduct(units=N * G, R=R, K=K, P=cols, x_unit=(C * plane, cg * plane), H=1, W=1, dense=True,
                         out_map=True, **common)
     _step(low, node, spec, src, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(), bias=bias,
-          xz=_one(xz, node, "x_zero_point"), k_tables=kt, p_tables=pt, mult=mult,
-          yz=_one(yz, node, "y_zero_point") if node.op == "QLinearConv" else 0)
+          xz=xz_i, k_tables=kt, p_tables=pt, mult=mult, yz=yz_i)
 
 
-def _lower_qmatmul(low: Lowering, node: Node) -> None:
+def _lower_qmatmul_packed(low: Lowering, node: Node) -> None:
     """QLinearMatMul and MatMulInteger with a constant 2-D B (A of any rank: its rows are the columns)."""
     if node.op == "QLinearMatMul":
         a_v, _, az_v, b_v, bs_v, bz_v, ys_v, yz_v, *rest = node.inputs
@@ -724,6 +858,8 @@ def _lower_qmatmul(low: Lowering, node: Node) -> None:
         az, bm, bz = _const(node, [az_v, b_v, bz_v])
         bias = None
     out = node.outputs[0]
+    az_i = _one(az, node, "a_zero_point")
+    yz_i = _one(yz, node, "y_zero_point") if node.op == "QLinearMatMul" else 0
     if bm.ndim != 2:
         raise UnsupportedOperator("the CPU int8 matmul needs a 2-D B", node=node.name, op=node.op,
                                   expected="rank 2", found=bm.ndim)
@@ -745,8 +881,88 @@ def _lower_qmatmul(low: Lowering, node: Node) -> None:
                     H=1, W=1, x_unsigned=a_v.dtype == np.uint8, out_kind=kind,
                     float64=not node.attrs.get("float32", False), relu=bool(node.attrs.get("relu", False)))
     _step(low, node, spec, a_v, w=np.ascontiguousarray(bm.T).reshape(1, N, K),
-          wz=np.broadcast_to(bz.reshape(-1), (N,)).copy(), bias=bias, xz=_one(az, node, "a_zero_point"),
-          k_tables=kt, p_tables=pt, mult=mult, yz=_one(yz, node, "y_zero_point") if node.op == "QLinearMatMul" else 0)
+          wz=np.broadcast_to(bz.reshape(-1), (N,)).copy(), bias=bias, xz=az_i,
+          k_tables=kt, p_tables=pt, mult=mult, yz=yz_i)
+
+
+def _bcast(shape, full) -> list[int]:
+    """Element strides of a tensor of `shape` broadcast (right-aligned) over `full`."""
+    padded = (1,) * (len(full) - len(shape)) + tuple(shape)
+    st = U.contiguous_strides(padded)
+    return [0 if padded[d] == 1 and full[d] != 1 else st[d] for d in range(len(full))]
+
+
+def _lower_qconv(low: Lowering, node: Node) -> None:
+    """The packed kernels where weights, scales and zero points are constants, else plain loops."""
+    try:
+        _lower_qconv_packed(low, node)
+        return
+    except UnsupportedOperator:
+        if node.inputs[0].type.rank not in (3, 4):
+            raise
+    x, out = node.inputs[0], node.outputs[0]
+    a = node.attrs
+    quant = node.op == "QLinearConv"
+    w = node.inputs[3] if quant else node.inputs[1]
+    x4 = tuple(x.shape) if x.type.rank == 4 else (x.shape[0], x.shape[1], 1, x.shape[2])
+    w4 = tuple(w.shape) if w.type.rank == 4 else (w.shape[0], w.shape[1], 1, w.shape[2])
+    o4 = tuple(out.shape) if out.type.rank == 4 else (out.shape[0], out.shape[1], 1, out.shape[2])
+    one = x.type.rank == 3
+    strides = (1, a["strides"][0]) if one else a["strides"]
+    pads = (0, a["pads"][0]) if one else a["pads"][:2]
+    dil = (1, a["dilations"][0]) if one else a["dilations"]
+    if quant:
+        xv, xs, xz, wv, ws, wz, ys, yz, bias = node.inputs
+        ins, dts, pc = [xv, wv, xz, wz, xs, ws, ys, yz, bias], (x.dtype, w.dtype, out.dtype), (wz.type.size > 1,
+                                                                                             ws.type.size > 1)
+    else:
+        xv, wv, xz, wz = node.inputs
+        ins, dts, pc = [xv, wv, xz, wz], (x.dtype, w.dtype, None), (wz.type.size > 1, False)
+    fn = emit_qconv_runtime(low.kmod(), low.fname([node]), op=node.op, x_shape=x4, w_shape=w4, out_shape=o4,
+                            group=a["group"], strides=tuple(strides), pads=tuple(pads), dilations=tuple(dil),
+                            dtypes=dts, per_channel=pc, float64=not a.get("float32", False),
+                            relu=bool(a.get("relu", False)))
+    low.add(Step(fn.name, fn, [low.val(out)] + [low.val(v) for v in ins], [out], [node],
+                 work=2.0 * out.type.size * math.prod(w4[1:])))
+
+
+def _lower_qmatmul(low: Lowering, node: Node) -> None:
+    """The packed kernels where B, scales and zero points are constants, else plain loops."""
+    try:
+        _lower_qmatmul_packed(low, node)
+        return
+    except UnsupportedOperator:
+        pass
+    quant = node.op == "QLinearMatMul"
+    if quant:
+        av, as_, az, bv, bs, bz, ys, yz, *rest = node.inputs
+    else:
+        av, bv, az, bz = node.inputs
+        rest = []
+    out = node.outputs[0]
+    a2 = (1, *av.shape) if av.type.rank == 1 else tuple(av.shape)
+    b2 = (*bv.shape, 1) if bv.type.rank == 1 else tuple(bv.shape)
+    K, N, M = a2[-1], b2[-1], a2[-2]
+    batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+    fa, fb, fo = batch + (M, K), batch + (K, N), batch + (M, N)
+    sa, sb = _bcast(a2, fa), _bcast(b2, fb)
+    row = lambda v: (lambda t: t[:-1] + [0])(_bcast(v.shape, fa))  # noqa: E731 (a-side: per row)
+    col = lambda v: (lambda t: t[:-2] + [0, t[-1]])(_bcast(v.shape, fb))  # noqa: E731 (b-side: per column)
+    strides = {"out": U.contiguous_strides(fo), "a": sa[:-1] + [0], "b": sb[:-2] + [0, sb[-1]], "bk": sb[-2],
+               "az": row(az), "bz": col(bz)}
+    dtypes = {"a": av.dtype, "b": bv.dtype, "y": out.dtype}
+    ins = [av, bv, az, bz]
+    if quant:
+        strides.update({"as": row(as_), "bs": col(bs), "bias": _bcast((N,), fo) if rest else [0] * len(fo)})
+        dtypes.update({"scale": as_.dtype, "y": yz.dtype})
+        ins += [as_, bs, ys, yz]
+    fn = emit_qmatmul_runtime(low.kmod(), low.fname([node]), op=node.op, out_dims=fo, K=K, strides=strides,
+                              dtypes=dtypes, float64=not node.attrs.get("float32", False),
+                              relu=bool(node.attrs.get("relu", False)), has_bias=bool(rest))
+    args = [low.val(out)] + [low.val(v) for v in ins]
+    if quant:
+        args.append(low.val(rest[0]) if rest else NULL)
+    low.add(Step(fn.name, fn, args, [out], [node], work=2.0 * math.prod(fo) * K))
 
 
 KERNELS = {"QLinearConv": _lower_qconv, "ConvInteger": _lower_qconv, "QLinearMatMul": _lower_qmatmul,
