@@ -202,3 +202,31 @@ def test_qlinear_add_and_global_average_pool(isa: str) -> None:
                                                 c("qz", 5, U8)], {}, name="gap").outputs[0]
     g.outputs = [s, p]
     _check(g, [_ints(rng, U8, (2, 5, 7, 9)), _ints(rng, U8, (1, 5, 1, 9))], isa)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_product_kernel_uses_the_dot_product_instructions(isa: str) -> None:
+    """VNNI hosts get vpdpbusd; AVX2 code (and AVX-512 without VNNI) pmaddwd, never vpmaddubsw
+    (whose int16 saturation would break exactness)."""
+    from llvmlite import ir
+
+    from glowpy.backends.cpu.kernels import qgemm
+    from glowpy.backends.cpu.target import assembly, host_target
+
+    target = host_target(isa)
+    rng = np.random.default_rng(2)
+    spec = qgemm.QProduct(units=1, R=16, K=32, P=64, x_unit=(0, 0), groups=1, out_unit=(0, 0), out_rs=64, out_ps=1,
+                          H=1, W=1, x_unsigned=True, out_kind="u8", dense=True)
+    module = ir.Module("q")
+    qgemm.emit_qproduct(module, "q", spec=spec, w=_ints(rng, I8, (1, 16, 32)), wz=np.zeros(16, I8), bias=None, xz=3,
+                        k_tables=np.stack([np.arange(32) * 64, np.zeros(32), np.zeros(32)]).astype(np.int32),
+                        p_tables=np.zeros((3, 64), np.int32), mult=np.full(16, 0.01, np.float32), yz=0,
+                        vector_width=target.vector_width)
+    asm = assembly(str(module), target)
+    if target.vector_width == 16 and target.has("avx512vnni"):
+        assert "vpdpbusd" in asm
+    else:
+        assert "vpmaddwd" in asm
+    assert "vpmaddubsw" not in asm
+    if isa == "avx2":
+        assert "zmm" not in asm
