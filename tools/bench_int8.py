@@ -68,14 +68,18 @@ def output_step(qdq: onnx.ModelProto, name: str) -> float:
     raise SystemExit(f"no DequantizeLinear before output {name}")
 
 
-def timed(fn, runs: int) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
+def timed_together(fns: dict, runs: int) -> dict[str, tuple[float, float]]:
+    """(median, min) ms of each engine, run in turn round by round so that load from elsewhere on the
+    machine falls on all of them alike."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+    for _ in range(runs):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
+    return {k: (statistics.median(v) * 1e3, min(v) * 1e3) for k, v in times.items()}
 
 
 def bench(name: str, calibration: int, runs: int) -> None:
@@ -93,7 +97,7 @@ def bench(name: str, calibration: int, runs: int) -> None:
     want = ort_int8.run([out], feed)[0]
     step = output_step(qdq, out)
     try:
-        g_int8, backend = glowpy.compile(qdq, backend="cpu"), "cpu"
+        g_int8, backend = glowpy.compile(qdq, backend="cpu", threads=1), "cpu"
     except GlowpyError as e:
         print(f"  glowpy cpu refuses the int8 model: {type(e).__name__}: {e}")
         g_int8, backend = glowpy.compile(qdq, backend="interpreter"), "interpreter"
@@ -102,21 +106,25 @@ def bench(name: str, calibration: int, runs: int) -> None:
     first = (time.perf_counter() - t) * 1e3
     within = float(np.mean(np.abs(got - want) <= step * 1.0001))
     exact = float(np.mean(got == want))
-    g_fp32 = glowpy.compile(model, backend="cpu")
-    ms = {
-        "onnxruntime int8": timed(lambda: ort_int8.run([out], feed), runs),
-        "onnxruntime fp32": timed(lambda: ort_fp32.run(None, feed), runs),
-        "glowpy fp32 (cpu)": timed(lambda: g_fp32.run(feed), runs),
+    g_fp32 = glowpy.compile(model, backend="cpu", threads=1)
+    fns = {
+        "onnxruntime int8": lambda: ort_int8.run([out], feed),
+        "onnxruntime fp32": lambda: ort_fp32.run(None, feed),
+        "glowpy fp32 (cpu)": lambda: g_fp32.run(feed),
     }
     if backend == "cpu":
-        ms["glowpy int8 (cpu)"] = timed(lambda: g_int8.run(feed), runs)
+        fns["glowpy int8 (cpu)"] = lambda: g_int8.run(feed)
+    ms = timed_together(fns, runs)
     print(f"{name}: output {out} {list(want.shape)}, step {step:.4g}; glowpy int8 on {backend}: "
           f"{within:.2%} within one step, {exact:.2%} equal, max |diff| {np.abs(got - want).max():.4g}")
-    for k, v in ms.items():
-        print(f"  {k:20s} {v:9.2f} ms")
+    print(f"  {'':20s} {'median':>9s} {'min':>9s}  (ms, 1 thread, {runs} interleaved rounds)")
+    for k, (med, lo) in ms.items():
+        print(f"  {k:20s} {med:9.2f} {lo:9.2f}")
     if backend == "cpu":
-        print(f"  glowpy int8 / onnxruntime int8 = {ms['glowpy int8 (cpu)'] / ms['onnxruntime int8']:.2f}x, "
-              f"glowpy int8 / glowpy fp32 = {ms['glowpy int8 (cpu)'] / ms['glowpy fp32 (cpu)']:.2f}x")
+        for i, what in ((0, "median"), (1, "min")):
+            g8, o8, g32 = ms["glowpy int8 (cpu)"][i], ms["onnxruntime int8"][i], ms["glowpy fp32 (cpu)"][i]
+            print(f"  {what:6s}: glowpy int8 / onnxruntime int8 = {g8 / o8:.2f}x, glowpy int8 / glowpy fp32 = "
+                  f"{g8 / g32:.2f}x")
     else:
         print(f"  glowpy int8 (interpreter, one run) {first:9.2f} ms")
 
@@ -125,7 +133,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["resnet50.torchscript", "mobilenet_v2.torchscript"])
     ap.add_argument("--calibration", type=int, default=8)
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=10)
     args = ap.parse_args()
     import llvmlite.binding as llvm
 

@@ -22,6 +22,8 @@ from glowpy.backends.cpu.kernels import (
     movement,
     norm,
     pool,
+    qgemm,
+    qlinear,
     reduce,
     resize,
     rnn,
@@ -657,3 +659,7 @@ def _lower_recurrent(low: Lowering, node: Node) -> None:
 
 
 KERNELS.update({"LSTM": _lower_recurrent, "GRU": _lower_recurrent, "RNN": _lower_recurrent})
+
+# --- int8 products and convolutions (kernels/qgemm.py), QLinearAdd and its pool (kernels/qlinear.py) ---
+KERNELS.update(qgemm.KERNELS)
+KERNELS.update(qlinear.KERNELS)

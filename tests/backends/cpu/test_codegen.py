@@ -26,10 +26,8 @@ def test_cpu_is_registered_and_the_default() -> None:
     assert isinstance(get_backend("cpu"), CpuBackend)
 
 
-# IR ops the cpu backend refuses for want of a kernel (issue 14: the int8 kernels and the QDQ rewrite
-# onto them).
-WITHOUT_KERNEL = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
-                  "QLinearMatMul", "ConvInteger", "MatMulInteger", "QLinearAdd", "QLinearGlobalAveragePool"}
+# IR ops the cpu backend refuses for want of a kernel (issue 14: the quantization kernels).
+WITHOUT_KERNEL = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 WITHOUT_KERNEL |= {"If", "Loop", "Scan"}  # the optimizer makes them straight-line code for cpu (should_lower)
 
 
