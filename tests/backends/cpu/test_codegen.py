@@ -28,7 +28,7 @@ def test_cpu_is_registered_and_the_default() -> None:
 
 # IR ops the cpu backend refuses for want of a kernel (issue 14: the int8 kernels and the QDQ rewrite
 # onto them).
-WITHOUT_KERNEL = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+WITHOUT_KERNEL = {"QLinearConv",
                   "QLinearMatMul", "ConvInteger", "MatMulInteger", "QLinearAdd", "QLinearGlobalAveragePool"}
 WITHOUT_KERNEL |= {"If", "Loop", "Scan"}  # the optimizer makes them straight-line code for cpu (should_lower)
 
