@@ -19,7 +19,6 @@ from .chost import build_host, write_case
 from .conftest import model, vi
 
 
-
 def _cpu_landed() -> bool:
     from glowpy.backends import get_backend
 

@@ -30,6 +30,7 @@ from glowpy.backends.cpu.kernels import (
 )
 from glowpy.backends.cpu.kernels.conv import emit_conv2d
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
+from glowpy.backends.cpu.kernels.quant import KERNELS as QUANT_KERNELS
 from glowpy.backends.cpu.loops import emit_loop
 from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
@@ -597,6 +598,8 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "MatMul": lower_heavy_node,
     "Loop": emit_loop,
 }
+# QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear (kernels/quant.py)
+KERNELS.update(QUANT_KERNELS)
 
 
 # --- recurrent ops (kernels/rnn.py): the input projection of every step and direction is one packed
