@@ -33,6 +33,9 @@ CASES = {
     "5x5s1_14": ((1, 8, 14, 14), 5, (1, 1), (2, 2, 2, 2), (1, 1)),
     "7x7s1_56": ((1, 3, 56, 56), 7, (1, 1), (3, 3, 3, 3), (1, 1)),
     "7x7s1_7": ((1, 10, 7, 7), 7, (1, 1), (3, 3, 3, 3), (1, 1)),
+    "5x5s1_7_flat": ((2, 9, 7, 7), 5, (1, 1), (2, 2, 2, 2), (1, 1)),
+    "3x3s1_6x5_flat": ((1, 5, 6, 5), 3, (1, 1), (1, 0, 1, 2), (1, 1)),
+    "3x3s1_dil2_flat": ((1, 5, 8, 8), 3, (1, 1), (2, 2, 2, 2), (2, 2)),
     "7x7s2_33": ((1, 3, 33, 33), 7, (2, 2), (3, 3, 3, 3), (1, 1)),
     "3x3s1_dil2": ((1, 4, 21, 23), 3, (1, 1), (2, 2, 2, 2), (2, 2)),
     "3x3s2_dil2": ((1, 3, 21, 23), 3, (2, 2), (2, 2, 2, 2), (2, 2)),
@@ -107,3 +110,18 @@ def test_fused_conv_matches_interpreter(name: str, activation: str, params, isa)
     want = glowpy.compile(g, backend="interpreter", optimize=False).run(dict(zip(("x", "r"), feeds)))
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=f"{name} {activation} {isa}")
+
+
+def test_small_maps_take_the_flat_path() -> None:
+    """The cases above cover both paths: 7x7 maps without residual at 16 lanes run flat, others by rows."""
+    from glowpy.backends.cpu.kernels.conv import _Geometry
+    from glowpy.backends.cpu.kernels.depthwise import _Plan
+
+    def plan(name: str, vw: int, residual: bool) -> _Plan:
+        x_shape, k, strides, pads, dil = CASES[name]
+        geo = _Geometry(x_shape, (x_shape[1], 1, k, k), strides, pads, dil, x_shape[1])
+        return _Plan(geo, vw, residual)
+
+    assert plan("5x5s1_7_flat", 16, False).flat and plan("3x3s1_dil2_flat", 16, False).flat
+    assert not plan("5x5s1_7_flat", 8, False).flat and not plan("5x5s1_7_flat", 16, True).flat
+    assert not plan("3x3s1_112", 16, False).flat

@@ -9,6 +9,9 @@ once per block and feeds every output row of the block it touches (register reus
 R x NV independent fma chains. The fused epilogue (bias, residual, activation) runs on the
 accumulators; only the last column vector of a row is stored with a mask.
 
+Maps narrower than half a vector (7x7 at 16 lanes) are computed flat instead: vectors over the padded
+plane's flat index (the lanes at row ends are computed and dropped), the rows then copied out.
+
 The padding of the scratch is zeroed once per call; plane copies overwrite only the interior (their
 masked-off lanes store zeros into the right padding). Contract as in conv.py: threads split the
 channel planes in contiguous ranges; `out` may be the residual buffer (each output element is read as
@@ -46,7 +49,7 @@ def pack_depthwise(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
 class _Plan:
     """The scratch image's geometry and the register blocking of one depthwise conv."""
 
-    def __init__(self, geo: _Geometry, vw: int) -> None:
+    def __init__(self, geo: _Geometry, vw: int, has_residual: bool) -> None:
         self.s = s = geo.sw
         self.hp = geo.pt + geo.H + geo.pb
         wp = geo.pl + geo.W + geo.pr
@@ -60,12 +63,24 @@ class _Plan:
         self.floats = math.ceil(s * self.phase / vw) * vw
         self.nv = 2 if self.ncv >= 2 else 1
         self.rows = max(1, min(geo.OH, _ACC_BUDGET[vw] // self.nv))
+        # Maps narrower than half a vector (7x7 at 16 lanes) run flat: vectors over the padded plane's
+        # flat index, row ends included (their lanes are computed and dropped), then rows copied out.
+        self.flat = False
+        if s == 1 and geo.sh == 1 and not has_residual and 2 * geo.OW <= vw:
+            self.nq = math.ceil(geo.OH * wp / vw)
+            if self.nq <= _ACC_BUDGET[vw]:
+                self.flat, self.wq = True, wp
+                self.phase = self.hp * wp
+                reach = self.nq * vw + (geo.KH - 1) * geo.dh * wp + (geo.KW - 1) * geo.dw
+                spill = (geo.pt + geo.H - 1) * wp + geo.pl + self.nchunks * vw
+                self.out_at = math.ceil(max(reach, spill, self.phase) / vw) * vw
+                self.floats = self.out_at + self.nq * vw
 
 
 def emit_depthwise(module: ir.Module, name: str, geo: _Geometry, w, bias, activation: str, params,
                    has_residual: bool, vw: int) -> KernelInfo:
     """out[c] = act(depthwise_conv(x[c], w[c]) + bias[c] [+ residual[c]]) for every (image, channel)."""
-    plan = _Plan(geo, vw)
+    plan = _Plan(geo, vw, has_residual)
     packed = pack_depthwise(geo, w, bias, vw)
     fn = kernel_function(module, name, len(packed))
     out_p, x_p, res_p, scratch_p, w_p, bias_p = fn.args[:6]
@@ -93,7 +108,10 @@ def emit_depthwise(module: ir.Module, name: str, geo: _Geometry, w, bias, activa
     o_plane = vx.off((plane_i, geo.P))
     ctx = (vx, geo, plan, scr, weights, bias_v, out_p, res_p if has_residual else None, o_plane, activation,
            params)
-    _row_blocks(ctx)
+    if plan.flat:
+        _flat(ctx)
+    else:
+        _row_blocks(ctx)
     lp.close()
     b.ret_void()
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=plan.floats * 4 + 64)
@@ -200,3 +218,24 @@ def _block(ctx, oh0, ow0, rows: int, nvec: int, tail: int) -> None:
             if res_p is not None:
                 val = vx.fadd(val, vx.load(vx.gep(res_p, dst), m, name="res"))
             vx.store(vx.activation(val, activation, params), vx.gep(out_p, dst), m)
+
+
+def _flat(ctx) -> None:
+    """The whole (small) plane as nq vectors over the padded plane's flat index, then each output row
+    copied out of the scratch (no residual on this path)."""
+    vx, geo, plan, scr, weights, bias_v, out_p, _res, o_plane, activation, params = ctx
+    vw = vx.vw
+    acc = [vx.zero] * plan.nq
+    for kh in range(geo.KH):
+        for kw in range(geo.KW):
+            off = kh * geo.dh * plan.wq + kw * geo.dw
+            for v in range(plan.nq):
+                x = vx.load(vx.gep(scr, off + v * vw), name=f"x{kh}_{kw}")
+                acc[v] = vx.fma(weights[kh][kw], x, acc[v])
+    oscr = vx.gep(scr, plan.out_at, name="flat.out")
+    for v in range(plan.nq):
+        vx.store(vx.activation(vx.fadd(acc[v], bias_v), activation, params), vx.gep(oscr, v * vw))
+    mask = vx.lane_mask(geo.OW)
+    for oh in range(geo.OH):
+        row = vx.load(vx.gep(oscr, oh * plan.wq), mask, name="row")
+        vx.store(row, vx.gep(out_p, vx.off(o_plane, oh * geo.OW)), mask)
