@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from glowpy.ir.graph import Graph, Node
+from glowpy.ir.graph import Graph, Node, Value
 
 
 class Executable(ABC):
@@ -43,6 +43,11 @@ class Backend(ABC):
 
     def supports_fused_residual(self, node: Node) -> bool:
         """Can `node` (a Conv) take a residual operand added before its activation?"""
+        return True
+
+    def supports_squeeze_excite(self, x: Value, activation: str, gate: str) -> bool:
+        """Can the backend run a SqueezeExcite op (optimizer/squeeze_excite.py) on input `x` with these
+        fused activation and gate names?"""
         return True
 
     # A model-level cache: a backend that has one returns a key for a compile and keeps its result.

@@ -44,6 +44,8 @@ from glowpy.optimizer.simplify import (
     merge_constants,
     remove_noops,
 )
+from glowpy.optimizer.squeeze_excite import fuse_squeeze_excite
+from glowpy.optimizer.swish import fuse_swish
 
 if TYPE_CHECKING:
     from glowpy.backends.base import Backend
@@ -99,7 +101,9 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("fuse", (
         Pass("matmul_add_to_fully_connected", matmul_add_to_fully_connected, uses_backend=True),
         Pass("fuse_residual_add", fuse_residual_add, uses_backend=True),
+        Pass("fuse_swish", fuse_swish, uses_backend=True),
         Pass("fuse_activation", fuse_activation, uses_backend=True),
+        Pass("fuse_squeeze_excite", fuse_squeeze_excite, uses_backend=True),
     ), fixed_point=True),
     # Weights with equal data are stored once (only now: sharing them earlier would make equal
     # convolutions one node with several users, which then could not absorb their normalizations).

@@ -64,7 +64,7 @@ from glowpy.errors import (
     UnsupportedDatatype,
     UnsupportedOperator,
 )
-from glowpy.ir.graph import Graph, Node
+from glowpy.ir.graph import Graph, Node, Value
 from glowpy.ir.ops import OPS
 from glowpy.ir.ops.control import CONTROL_OPS, unroll_refusal
 from glowpy.ir.types import BFLOAT16
@@ -347,6 +347,10 @@ class CpuBackend(Backend):
 
     def supports_fused_residual(self, node: Node) -> bool:
         return node.op == "Conv" and node.outputs[0].dtype.kind == "f"
+
+    def supports_squeeze_excite(self, x: Value, activation: str, gate: str) -> bool:
+        """The fused kernel (kernels/squeeze_excite.py) is float32, with activations that have emitters."""
+        return x.dtype == np.float32 and activation in ("none", *EMITTERS) and gate in EMITTERS
 
     def should_lower(self, node: Node) -> bool:
         """A BatchNormalization the optimizer could not fold (after a Concat, or of a value with other

@@ -31,6 +31,7 @@ from glowpy.backends.cpu.kernels import (
 from glowpy.backends.cpu.kernels.conv import emit_conv2d
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
 from glowpy.backends.cpu.kernels.quant import KERNELS as QUANT_KERNELS
+from glowpy.backends.cpu.kernels.squeeze_excite import emit_squeeze_excite
 from glowpy.backends.cpu.loops import emit_loop
 from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
@@ -545,6 +546,17 @@ def _lower_Det(low: Lowering, node: Node) -> None:
     _simple(low, node, fn, [low.val(x), SCRATCH], x.type.size * n, scratch)
 
 
+def _lower_SqueezeExcite(low: Lowering, node: Node) -> None:
+    x, w1, b1, w2, b2 = node.inputs
+    a = node.attrs
+    n, c, h, w = x.shape
+    info = emit_squeeze_excite(low.kmod(), low.fname([node]), n=n, c=c, hw=h * w, r=w1.shape[0],
+                               activation=a["activation"], activation_params=tuple(a["activation_params"]),
+                               gate=a["gate"], gate_params=tuple(a["gate_params"]), vector_width=low.vector_width)
+    args = [low.val(x)] + [low.array(np.asarray(v.data, np.float32)) for v in (w1, b1, w2, b2)] + [SCRATCH]
+    _simple(low, node, info.function, args, 2.0 * x.type.size, info.scratch_bytes_per_thread)
+
+
 # The op -> kernel emitter table: every op the backend has a kernel for, besides elementwise groups
 # (fusion.py) and aliases (ALIAS_OPS).
 HEAVY = {
@@ -592,6 +604,7 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "ReverseSequence": _lower_ReverseSequence,
     "Resize": _lower_Resize,
     "Det": _lower_Det,
+    "SqueezeExcite": _lower_SqueezeExcite,
     "Conv": lower_heavy_node,
     "Gemm": lower_heavy_node,
     "FullyConnected": lower_heavy_node,

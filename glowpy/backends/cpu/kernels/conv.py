@@ -10,14 +10,14 @@ B is read as vectors along p:
 A panel is packed once per thread into its scratch and reused by every row block of output channels.
 Small maps (7x7, 6x6, 1x1) would waste vector lanes over pixels, so there the tile is transposed: a few
 pixels broadcast x vectors of output channels, and the epilogue scatters down NCHW columns.
-Depthwise convs (group == C == M) get a direct loop: per channel, vectors of output pixels, fma per tap.
+Depthwise convs (group == C == M) have their own direct kernel (depthwise.py).
 
 Contract for callers: the work (pixel panels x row blocks, or channel planes) is split in contiguous,
 balanced ranges by (tid, nthreads), any nthreads >= 1; a thread writes only its outputs and its scratch.
 No alignment is assumed for any pointer. `out` must not overlap `x`; it may be the residual buffer itself
 (every output element is read as residual before it is first written, by the same thread).
 
-One file for the four paths (GEMM over panels, channel vectors, Winograd, depthwise): they share the
+One file for the three GEMM-like paths (GEMM over panels, channel vectors, Winograd): they share the
 geometry, the panel packing and the fused epilogue, and `pack_conv2d` must mirror each emitter exactly.
 """
 
@@ -46,6 +46,7 @@ from glowpy.errors import MismatchingShape, UnsupportedShape
 from glowpy.ir.ops.nn import conv_out_dim
 
 from .common import KernelInfo
+from .depthwise import emit_depthwise, pack_depthwise
 from .gemm import choose_tile, emit_tile, kernel_function
 
 # Reduction chunking: a panel's chunk of the vector operand (kc x NR floats) and the chunk of
@@ -201,7 +202,7 @@ def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: n
     """2-D convolution kernel: out(N, M, OH, OW) = act(conv(x, w) + bias [+ residual])."""
     activations.check(activation, activation_params)
     geo, w, bias = _prepare(x_shape, w, bias, strides, pads, dilations, group)
-    emit = {"depthwise": _emit_depthwise, "winograd": _emit_winograd, "channel": _emit_channel_conv,
+    emit = {"depthwise": emit_depthwise, "winograd": _emit_winograd, "channel": _emit_channel_conv,
             "pixel": _emit_gemm_conv}[_kind(geo, vector_width)]
     return emit(module, name, geo, w, bias, activation, activation_params, has_residual, vector_width)
 
@@ -213,7 +214,7 @@ def pack_conv2d(*, x_shape, w: np.ndarray, bias: np.ndarray | None, strides, pad
     generated function, each with its own packed arrays, even where packing is not a rearrangement
     (Winograd transforms the weights)."""
     geo, w, bias = _prepare(x_shape, w, bias, strides, pads, dilations, group)
-    pack = {"depthwise": _pack_depthwise, "winograd": _pack_winograd, "channel": _pack_channel_conv,
+    pack = {"depthwise": pack_depthwise, "winograd": _pack_winograd, "channel": _pack_channel_conv,
             "pixel": _pack_gemm_conv}[_kind(geo, vector_width)]
     return pack(geo, w, bias, vector_width)
 
@@ -269,10 +270,6 @@ def _pack_winograd(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
         u = np.einsum("ai,mcij,bj->abcm", _WG, rows, _WG).reshape(16, C, rows.shape[0])
         out[:, mb, :, :rows.shape[0]] = u
     return [out.ravel(), bias]
-
-
-def _pack_depthwise(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
-    return [np.ascontiguousarray(w.reshape(geo.M, geo.KHKW)).ravel(), bias]
 
 
 def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
@@ -668,51 +665,3 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     panel_walk(vx, lo=lo, hi=hi, mblocks=mblocks, body=do_panel)
     b.ret_void()
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_bytes)
-
-
-def _emit_depthwise(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
-    """One channel at a time: out[c, p..p+NV*VW) = sum over taps w[c, tap] * x[c, tap(p)], vectors of p."""
-    nvd = max(1, min(4, math.ceil(geo.P / vw)))
-    nr = nvd * vw
-    nfull = geo.P // nr
-    p_edge = geo.P - nfull * nr
-    packed = _pack_depthwise(geo, w, bias, vw)
-
-    fn = kernel_function(module, name, len(packed))
-    out_p, x_p, res_p, _scratch, w_p, bias_p = fn.args[:6]
-    tid, nthreads = fn.args[-2:]
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    vx = VecIR(module, b, vw)
-    lo, hi = U.thread_range(vx.b, geo.N * geo.C, tid, nthreads, "unit")  # units: channel planes
-
-    def run(p0, nvec: int, last_lanes: int) -> None:
-        pan = _Panel(vx, geo, p0, nvec, last_lanes)
-        sources = pan.tap_sources()
-        lane_masks = [None] * (nvec - 1) + [vx.lane_mask(last_lanes) if last_lanes else None]
-        lp = Loop(vx, "plane", lo, hi)
-        plane_i = lp.i
-        c = b.urem(plane_i, ir.Constant(I64, geo.C), name="c")
-        plane = vx.gep(x_p, vx.off((plane_i, geo.HW)), name="plane")
-        wrow = vx.gep(w_p, vx.off((c, geo.KHKW)), name="wrow")
-        acc = [vx.zero] * nvec
-        for kh, kw, per_v in sources:
-            wt = vx.load_splat(vx.gep(wrow, kh * geo.KW + kw), name=f"w{kh}_{kw}")
-            for v, (src, mask) in enumerate(per_v):
-                acc[v] = vx.fma(wt, _load_tap(vx, plane, p0, src, mask, name=f"t{kh}_{kw}"), acc[v])
-        bias_v = vx.load_splat(vx.gep(bias_p, c), name="bias")
-        obase = vx.off((plane_i, geo.P), p0)
-        for v in range(nvec):
-            val = vx.fadd(acc[v], bias_v)
-            if has_residual:
-                val = vx.fadd(val, vx.load(vx.gep(res_p, vx.off(obase, v * vw)), lane_masks[v], name="res"))
-            vx.store(vx.activation(val, activation, params), vx.gep(out_p, vx.off(obase, v * vw)), lane_masks[v])
-        lp.close()
-
-    if nfull:
-        lp = Loop(vx, "dwpanel", 0, nfull)
-        run(b.mul(lp.i, ir.Constant(I64, nr), name="p0"), nvd, 0)
-        lp.close()
-    if p_edge:
-        run(ir.Constant(I64, nfull * nr), math.ceil(p_edge / vw), p_edge % vw)
-    b.ret_void()
-    return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=0)
