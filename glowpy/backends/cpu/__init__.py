@@ -206,6 +206,8 @@ class CpuExecutable(Executable):
         self._arena = _aligned_zeros(layout.arena_size)
         self._in_types = [(v.dtype, v.shape) for v in graph.inputs]
         self._out_types = [(v.dtype, v.shape) for v in graph.outputs]
+        # fresh np.empty outputs of a built-in type are writable buffers: their address needs no checks
+        self._out_buffer = [np.dtype(d).isbuiltin == 1 and 0 not in s for d, s in self._out_types]
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self._in_types)))()
         self._out_ptrs = (ctypes.c_void_p * max(1, len(self._out_types)))()
         self._lock = threading.Lock()  # one arena: runs of one executable take turns
@@ -253,7 +255,7 @@ class CpuExecutable(Executable):
             for i, a in enumerate(keep):
                 self._in_ptrs[i] = _address(a)
             for j, o in enumerate(outs):
-                self._out_ptrs[j] = _address(o)
+                self._out_ptrs[j] = _addressof(_char.from_buffer(o)) if self._out_buffer[j] else o.ctypes.data
             if self._profile_offset >= 0:
                 lay = self._profile_layout
                 self._arena[self._profile_offset:self._profile_offset + 8 * lay["slots"]] = 0
