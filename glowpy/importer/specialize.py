@@ -188,7 +188,8 @@ def specialize(proto: ModelProto, feeds: Mapping[str, np.ndarray], operands: Seq
     keep = [i for i in out.graph.input if i.name not in set(operands)]
     del out.graph.input[:]
     out.graph.input.extend(keep)
-    out.graph.initializer.extend(numpy_helper.from_array(np.ascontiguousarray(feeds[n]), n) for n in operands)
+    # np.require, not ascontiguousarray: that makes a 0-d operand (a Gather index) 1-d
+    out.graph.initializer.extend(numpy_helper.from_array(np.require(feeds[n], requirements="C"), n) for n in operands)
     return out
 
 
