@@ -391,6 +391,12 @@ def _lower_ArgMax(low: Lowering, node: Node) -> None:
 
 def _lower_Softmax(low: Lowering, node: Node, log: bool = False) -> None:
     x = node.inputs[0]
+    axis = node.attrs["axis"] % x.type.rank
+    if not log and x.dtype == np.float32 and axis == x.type.rank - 1 and low.fast_kernels:
+        n = x.shape[-1]
+        fn = norm.emit_softmax_rows(low.kmod(), low.fname([node]), x.type.size // max(n, 1), n, low.vector_width)
+        _simple(low, node, fn, [low.val(x)], 8.0 * x.type.size)
+        return
     fn = norm.emit_softmax(low.kmod(), low.fname([node]), x.dtype, x.shape, node.attrs["axis"], log)
     _simple(low, node, fn, [low.val(x)], 8.0 * x.type.size)
 
