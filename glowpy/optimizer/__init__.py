@@ -9,6 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from glowpy.ir.graph import Graph
+from glowpy.optimizer.attention import (
+    fuse_gelu,
+    matmul_nd_add_to_fully_connected,
+    sink_reshape_below_activation,
+)
 from glowpy.optimizer.control import inline_known_branches
 from glowpy.optimizer.fold import (
     fold_batchnorm,
@@ -99,7 +104,10 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("resimplify", SIMPLIFY, fixed_point=True),
     # Fewer, fatter nodes: epilogues the backend emits inside the producing loop.
     Stage("fuse", (
+        Pass("fuse_gelu", fuse_gelu, uses_backend=True),
         Pass("matmul_add_to_fully_connected", matmul_add_to_fully_connected, uses_backend=True),
+        Pass("matmul_nd_add_to_fully_connected", matmul_nd_add_to_fully_connected, uses_backend=True),
+        Pass("sink_reshape_below_activation", sink_reshape_below_activation),
         Pass("fuse_residual_add", fuse_residual_add, uses_backend=True),
         Pass("fuse_swish", fuse_swish, uses_backend=True),
         Pass("fuse_activation", fuse_activation, uses_backend=True),
