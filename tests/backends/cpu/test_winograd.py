@@ -1,6 +1,6 @@
 """Winograd F(4x4, 3x3) and F(2x2, 3x3) on the cpu backend against the interpreter and onnx's reference
 evaluator: maps that are not multiples of the tile, asymmetric and no padding, C and M not multiples of the
-vector width, batch 2, a fused residual Add + Relu, 1 and 3 threads, host ISA and isa="avx2"."""
+vector width, batch 2, a fused residual Add + Relu, host ISA (1 and 3 threads) and isa="avx2" (2 threads)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ SHAPES = {
     "rect_asym_pads": ((1, 24, 10, 7), 20, (0, 1, 2, 0), 4),
     "valid_14x11": ((1, 16, 14, 11), 18, (0, 0, 0, 0), 4),
     "batch2_9x9": ((2, 20, 9, 9), 24, (1, 1, 1, 1), 4),
-    "many_tiles_30x29": ((1, 17, 30, 29), 33, (1, 1, 1, 1), 4),
+    "many_tiles_26x21": ((1, 17, 26, 21), 33, (1, 1, 1, 1), 4),
     "resnet_28_C128": ((1, 128, 28, 28), 128, (1, 1, 1, 1), 4),
     "f2_5x5": ((1, 16, 5, 5), 16, (1, 1, 1, 1), 2),
 }
@@ -68,8 +68,8 @@ def test_winograd_against_interpreter(name: str, isa: str) -> None:
     want = glowpy.compile(model, backend="interpreter").run(feeds)["out"]
     ref = ReferenceEvaluator(model).run(None, feeds)[0]
     np.testing.assert_allclose(want, ref, rtol=1e-4, atol=1e-5)
-    opts = {} if isa == "host" else {"isa": "avx2"}
-    for threads in (1, 3):
+    opts, thread_counts = ({}, (1, 3)) if isa == "host" else ({"isa": "avx2"}, (2,))
+    for threads in thread_counts:
         got = glowpy.compile(model, backend="cpu", threads=threads, cache=False, **opts).run(feeds)["out"]
         # the conv kernel tests' tolerance: F(4x4)'s transforms leave ~2e-5 absolute error at C=128 on
         # unit-scale outputs (the direct kernel ~5e-6), more than the 1e-5 of the other cpu tests
