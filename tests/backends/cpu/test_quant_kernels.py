@@ -187,15 +187,16 @@ def test_dynamic_quantize(isa, values):
 # --- through ONNX models, against onnx.reference -------------------------------------------------------------
 
 
-def onnx_q(op: str, x: np.ndarray, scale: np.ndarray, zp: np.ndarray, opset: int, **attrs):
-    inits = [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(zp, "z")]
-    node = helper.make_node(op, ["x", "s", "z"], ["y"], **attrs)
+def onnx_q(op: str, x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, opset: int, backend: str = "cpu",
+           **attrs):
+    inits = [numpy_helper.from_array(scale, "s")] + ([numpy_helper.from_array(zp, "z")] if zp is not None else [])
+    node = helper.make_node(op, ["x", "s", "z"] if zp is not None else ["x", "s"], ["y"], **attrs)
     graph = helper.make_graph([node], op, [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype),
                                                                          x.shape)],
                               [helper.make_empty_tensor_value_info("y")], initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]
-    got = glowpy.compile(model, backend="cpu").run({"x": x})["y"]
+    got = glowpy.compile(model, backend=backend).run({"x": x})["y"]
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got.astype(np.float64) if got.dtype.kind == "f" else got.astype(np.int64),
                                   want.astype(np.float64) if want.dtype.kind == "f" else want.astype(np.int64))
@@ -224,3 +225,55 @@ def test_onnx_per_axis(opset):
     onnx_q("QuantizeLinear", x, np.array([0.25, 0.5, 0.125], F32), np.array([3, -9, 100], np.int8), opset, axis=1)
     q = rng.integers(-128, 128, (2, 3, 17)).astype(np.int8)
     onnx_q("DequantizeLinear", q, np.array([0.25, 0.5, 0.125], F32), np.array([3, -9, 100], np.int8), opset, axis=1)
+
+
+FLOAT_Q = [(TensorProto.FLOAT8E4M3FN, "float8_e4m3fn"), (TensorProto.FLOAT8E4M3FNUZ, "float8_e4m3fnuz"),
+           (TensorProto.FLOAT8E5M2, "float8_e5m2"), (TensorProto.FLOAT8E5M2FNUZ, "float8_e5m2fnuz"),
+           (TensorProto.FLOAT4E2M1, "float4_e2m1fn")]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.parametrize("code,name", FLOAT_Q, ids=[n for _, n in FLOAT_Q])
+def test_onnx_float_formats(backend, code, name):
+    """One model: per-axis QuantizeLinear to a float8 / float4 format (opset 21, output_dtype) with and
+    without saturation (overflow, NaN and infinities included; float4 always saturates) and
+    DequantizeLinear of another tensor of the format back to float16."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((2, 3, 9)) * 300).astype(F32)
+    x[0, 0, :4] = [np.nan, np.inf, -np.inf, 1e9]
+    q = rng.integers(0, 256 if code != TensorProto.FLOAT4E2M1 else 16, (2, 3, 9)).astype(np.uint8)
+    q = q.view(np.dtype(getattr(ml_dtypes, name)))
+    n = helper.make_node
+    nodes = [n("QuantizeLinear", ["x", "s"], ["sat"], axis=1, saturate=1, output_dtype=code),
+             n("DequantizeLinear", ["q", "s16"], ["dq"], axis=1)]
+    if code != TensorProto.FLOAT4E2M1:
+        nodes.append(n("QuantizeLinear", ["x", "s"], ["wrap"], axis=1, saturate=0, output_dtype=code))
+    outs = [o for nd in nodes for o in nd.output]
+    scale = np.array([0.5, 2.0, 0.03], F32)
+    graph = helper.make_graph(nodes, "fq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+                                            helper.make_tensor_value_info("q", code, q.shape)],
+                              [helper.make_empty_tensor_value_info(o) for o in outs],
+                              initializer=[numpy_helper.from_array(scale, "s"),
+                                           numpy_helper.from_array(scale.astype(F16), "s16")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    feeds = {"x": x, "q": q}
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = glowpy.compile(model, backend=backend).run(feeds)
+    for o, w in zip(outs, want):
+        assert got[o].dtype == w.dtype and got[o].shape == w.shape
+        np.testing.assert_array_equal(got[o].astype(np.float64), w.astype(np.float64), err_msg=o)
+
+
+def test_onnx_blocked_float8_is_refused():
+    from glowpy.errors import UnsupportedAttribute
+
+    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], axis=1, block_size=2,
+                            output_dtype=TensorProto.FLOAT8E4M3FN)
+    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_empty_tensor_value_info("y")],
+                              initializer=[numpy_helper.from_array(np.ones((2, 2), F32), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    with pytest.raises(UnsupportedAttribute, match="blocked quantization to or from a float format"):
+        glowpy.compile(model, backend="cpu")
