@@ -9,7 +9,7 @@ thread: glowpy int8 vs onnxruntime int8 vs glowpy fp32 (and onnxruntime fp32 for
 glowpy int8 runs on the cpu backend when it compiles the quantized model, else on the interpreter
 (accuracy only; its latency is not a figure of merit and is printed as such).
 
-`--top1 N` adds glowpy's own quantizer (glowpy.quantize, profiled on the cpu backend): the model quantized
+`--top1 N` measures glowpy's own quantizer instead (glowpy.quantize, profiled on the cpu backend): the model quantized
 from calibration feeds drawn by the zoo's input rules (seeds 10000...), then the share of N other seeded
 feeds (seeds 1000...) whose top-1 class is the float model's, both run on glowpy (cpu, else the
 interpreter), with onnxruntime's quantize_static model on the same feeds for comparison.

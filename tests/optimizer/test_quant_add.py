@@ -64,3 +64,26 @@ def test_one_element_operand(dtype, scalar):
         feeds[scalar] = np.full([1], value, npt)
         got, want = run_both(model, feeds)
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("yz,fused", [(0, True), (3, False)], ids=["zp-min", "zp-3"])
+def test_relu_before_q_at_the_type_minimum(yz, fused):
+    """DQ + DQ -> Add -> Relu -> Q: with the output zero point at uint8's minimum the Relu is a no-op and
+    the Add becomes QLinearAdd (onnxruntime drops that Relu and fuses the rest); with another zero point
+    it stays float. Either way equal to onnxruntime on every operand pair."""
+    params = {**RESNET_ADD, "yz": np.uint8(yz)}
+    model = qdq_add(params, [256, 256], [256, 256])
+    g = model.graph
+    add = next(nd for nd in g.node if nd.op_type == "Add")
+    add.output[0] = "pre"
+    g.node.insert(3, helper.make_node("Relu", ["pre"], ["s"]))
+    a, b = np.meshgrid(np.arange(256, dtype=np.uint8), np.arange(256, dtype=np.uint8), indexing="ij")
+    b = (255 - b).astype(np.uint8)  # negative sums too: A - 125 spans both signs
+    compiled = glowpy.compile(model, backend="interpreter")
+    ops = [n.op for n in compiled.graph.nodes]
+    assert ("QLinearAdd" in ops and "Add" not in ops) if fused else ("Add" in ops and "Relu" in ops), ops
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    want = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, {"a": a, "b": b})[0]
+    np.testing.assert_array_equal(compiled.run({"a": a, "b": b})["y"], want)

@@ -98,24 +98,30 @@ def test_quantize(isa, shape, axis, block, kind):
     run(g, [x], isa, threads=2)
 
 
+PRECISIONS = [(F16, F16, None), (F16, F32, None), (F32, F32, F16), (I32, F32, None), (I32, F16, None),
+              (I32, F32, F32), (F32, F16, None)]
+
+
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("x_dtype,scale_dtype,precision", [
-    (F16, F16, None), (F16, F32, None), (F32, F32, F16), (I32, F32, None), (I32, F16, None), (I32, F32, F32),
-    (F32, F16, None),
-], ids=lambda v: str(v))
-def test_quantize_precisions(isa, x_dtype, scale_dtype, precision):
+def test_quantize_precisions(isa):
     """The division in numpy's promotion of x and scale (float64 for int32 x) or in `precision`
-    (float16 rounds the quotient to half before rounding to an integer)."""
+    (float16 rounds the quotient to half before rounding to an integer): one node per combination,
+    scales and zero points fed at run time."""
     rng = np.random.default_rng(11)
     shape = (3, 4, 33)
-    scale = rng.uniform(0.01, 3.0, (4,)).astype(scale_dtype)
-    if x_dtype == I32:
-        x = rng.integers(-3000, 3000, shape).astype(I32)
-    else:
-        x = (rng.standard_normal(shape) * 200).astype(x_dtype)
-    attrs = {"axis": 1, "block_size": 0, "dtype": U8, "precision": precision}
-    g = qgraph("QuantizeLinear", TensorType(x_dtype, shape), scale, zps(rng, U8, (4,)), attrs, runtime_params=True)
-    run(g, [x, scale, zps(rng, U8, (4,))], isa)
+    g, feeds = Graph("qp"), []
+    for k, (x_dtype, scale_dtype, precision) in enumerate(PRECISIONS):
+        if x_dtype == I32:
+            feeds.append(rng.integers(-3000, 3000, shape).astype(I32))
+        else:
+            feeds.append((rng.standard_normal(shape) * 200).astype(x_dtype))
+        feeds += [rng.uniform(0.01, 3.0, (4,)).astype(scale_dtype), zps(rng, U8, (4,))]
+        x = g.add_input(f"x{k}", TensorType(x_dtype, shape))
+        s = g.add_input(f"s{k}", TensorType(scale_dtype, (4,)))
+        z = g.add_input(f"z{k}", TensorType(U8, (4,)))
+        attrs = {"axis": 1, "block_size": 0, "dtype": U8, "precision": precision}
+        g.outputs.append(g.add_node("QuantizeLinear", [x, s, z], attrs, name=f"q{k}").outputs[0])
+    run(g, feeds, isa)
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -159,43 +165,56 @@ def test_dequantize_float16(isa, scale_dtype, out):
     run(g, [x, scale, zp], isa)
 
 
-@pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("values", ["normal", "positive", "negative", "zeros", "one", "nan", "empty"])
-def test_dynamic_quantize(isa, values):
-    rng = np.random.default_rng(9)
-    shape = (0, 5) if values == "empty" else (1, 3) if values == "one" else (7, 131)
-    x = (rng.standard_normal(shape) * 4).astype(F32)
-    x = {"positive": np.abs(x) + 0.5, "negative": -np.abs(x) - 0.5, "zeros": x * 0}.get(values, x)
-    if values == "nan":
-        x[3, 7] = np.nan
+def dynamic_graph(shape) -> Graph:
     g = Graph("dql")
-    xin = g.add_input("x", TensorType(F32, shape))
-    g.outputs = list(g.add_node("DynamicQuantizeLinear", [xin], {}, name="d").outputs)
-    want = InterpreterBackend().compile(g).run([x]) if values != "nan" else None
-    got = CpuBackend().compile(g, isa=isa, threads=2, cache=False).run([x])
-    if want is None:  # the interpreter's uint8 of NaN is the host's; the kernel's range ignores NaN then
-        want = [None, np.float32(1 / 255), np.uint8(0)]
-        np.testing.assert_array_equal(np.delete(got[0].ravel(), 3 * 131 + 7),
-                                      np.clip(np.rint(np.delete(x.ravel(), 3 * 131 + 7) * 255), 0, 255))
-    for w, o in zip(want[1:], got[1:]):
-        assert o.dtype == np.asarray(w).dtype
-        np.testing.assert_array_equal(o, w)
-    if values != "nan":
-        np.testing.assert_array_equal(got[0], want[0])
+    x = g.add_input("x", TensorType(F32, shape))
+    g.outputs = list(g.add_node("DynamicQuantizeLinear", [x], {}, name="d").outputs)
+    return g
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_dynamic_quantize(isa):
+    """Mixed signs, one sign only, all zeros (empty range: scale 1 / 255), over run tails and two threads;
+    one element; no elements."""
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((7, 131)) * 4).astype(F32)
+    g = dynamic_graph(x.shape)
+    want, got = InterpreterBackend().compile(g), CpuBackend().compile(g, isa=isa, threads=2, cache=False)
+    for feed in (x, np.abs(x) + 0.5, -np.abs(x) - 0.5, x * 0):
+        for w, o in zip(want.run([feed]), got.run([feed])):
+            assert o.dtype == w.dtype and o.shape == w.shape
+            np.testing.assert_array_equal(o, w)
+    for shape in ((1, 3), (0, 5)):
+        run(dynamic_graph(shape), [(rng.standard_normal(shape) * 4).astype(F32)], isa)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_dynamic_quantize_nan(isa):
+    """A NaN makes the range empty (the interpreter's max(0, NaN) is 0); the NaN itself becomes 0 (the
+    interpreter's uint8 of NaN is the host's, so the check is on the other elements)."""
+    x = (np.random.default_rng(10).standard_normal((7, 131)) * 4).astype(F32)
+    x[3, 7] = np.nan
+    y, scale, zp = CpuBackend().compile(dynamic_graph(x.shape), isa=isa, threads=2, cache=False).run([x])
+    assert scale == np.float32(1) / np.float32(255) and scale.dtype == F32 and zp == 0 and zp.dtype == U8
+    rest = np.delete(x.ravel(), 3 * 131 + 7)
+    np.testing.assert_array_equal(np.delete(y.ravel(), 3 * 131 + 7),
+                                  np.clip(np.rint(rest / scale), 0, 255).astype(U8))
+    assert y[3, 7] == 0
 
 
 # --- through ONNX models, against onnx.reference -------------------------------------------------------------
 
 
-def onnx_q(op: str, x: np.ndarray, scale: np.ndarray, zp: np.ndarray, opset: int, **attrs):
-    inits = [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(zp, "z")]
-    node = helper.make_node(op, ["x", "s", "z"], ["y"], **attrs)
+def onnx_q(op: str, x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, opset: int, backend: str = "cpu",
+           **attrs):
+    inits = [numpy_helper.from_array(scale, "s")] + ([numpy_helper.from_array(zp, "z")] if zp is not None else [])
+    node = helper.make_node(op, ["x", "s", "z"] if zp is not None else ["x", "s"], ["y"], **attrs)
     graph = helper.make_graph([node], op, [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype),
                                                                          x.shape)],
                               [helper.make_empty_tensor_value_info("y")], initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]
-    got = glowpy.compile(model, backend="cpu").run({"x": x})["y"]
+    got = glowpy.compile(model, backend=backend).run({"x": x})["y"]
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got.astype(np.float64) if got.dtype.kind == "f" else got.astype(np.int64),
                                   want.astype(np.float64) if want.dtype.kind == "f" else want.astype(np.int64))
@@ -224,3 +243,55 @@ def test_onnx_per_axis(opset):
     onnx_q("QuantizeLinear", x, np.array([0.25, 0.5, 0.125], F32), np.array([3, -9, 100], np.int8), opset, axis=1)
     q = rng.integers(-128, 128, (2, 3, 17)).astype(np.int8)
     onnx_q("DequantizeLinear", q, np.array([0.25, 0.5, 0.125], F32), np.array([3, -9, 100], np.int8), opset, axis=1)
+
+
+FLOAT_Q = [(TensorProto.FLOAT8E4M3FN, "float8_e4m3fn"), (TensorProto.FLOAT8E4M3FNUZ, "float8_e4m3fnuz"),
+           (TensorProto.FLOAT8E5M2, "float8_e5m2"), (TensorProto.FLOAT8E5M2FNUZ, "float8_e5m2fnuz"),
+           (TensorProto.FLOAT4E2M1, "float4_e2m1fn")]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.parametrize("code,name", FLOAT_Q, ids=[n for _, n in FLOAT_Q])
+def test_onnx_float_formats(backend, code, name):
+    """One model: per-axis QuantizeLinear to a float8 / float4 format (opset 21, output_dtype) with and
+    without saturation (overflow, NaN and infinities included; float4 always saturates) and
+    DequantizeLinear of another tensor of the format back to float16."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((2, 3, 9)) * 300).astype(F32)
+    x[0, 0, :4] = [np.nan, np.inf, -np.inf, 1e9]
+    q = rng.integers(0, 256 if code != TensorProto.FLOAT4E2M1 else 16, (2, 3, 9)).astype(np.uint8)
+    q = q.view(np.dtype(getattr(ml_dtypes, name)))
+    n = helper.make_node
+    nodes = [n("QuantizeLinear", ["x", "s"], ["sat"], axis=1, saturate=1, output_dtype=code),
+             n("DequantizeLinear", ["q", "s16"], ["dq"], axis=1)]
+    if code != TensorProto.FLOAT4E2M1:
+        nodes.append(n("QuantizeLinear", ["x", "s"], ["wrap"], axis=1, saturate=0, output_dtype=code))
+    outs = [o for nd in nodes for o in nd.output]
+    scale = np.array([0.5, 2.0, 0.03], F32)
+    graph = helper.make_graph(nodes, "fq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+                                            helper.make_tensor_value_info("q", code, q.shape)],
+                              [helper.make_empty_tensor_value_info(o) for o in outs],
+                              initializer=[numpy_helper.from_array(scale, "s"),
+                                           numpy_helper.from_array(scale.astype(F16), "s16")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    feeds = {"x": x, "q": q}
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = glowpy.compile(model, backend=backend).run(feeds)
+    for o, w in zip(outs, want):
+        assert got[o].dtype == w.dtype and got[o].shape == w.shape
+        np.testing.assert_array_equal(got[o].astype(np.float64), w.astype(np.float64), err_msg=o)
+
+
+def test_onnx_blocked_float8_is_refused():
+    from glowpy.errors import UnsupportedAttribute
+
+    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], axis=1, block_size=2,
+                            output_dtype=TensorProto.FLOAT8E4M3FN)
+    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_empty_tensor_value_info("y")],
+                              initializer=[numpy_helper.from_array(np.ones((2, 2), F32), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    with pytest.raises(UnsupportedAttribute, match="blocked quantization to or from a float format"):
+        glowpy.compile(model, backend="cpu")
