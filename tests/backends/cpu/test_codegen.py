@@ -30,7 +30,7 @@ def test_cpu_is_registered_and_the_default() -> None:
 # onto them).
 WITHOUT_KERNEL = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
                   "QLinearMatMul", "ConvInteger", "MatMulInteger", "QLinearAdd", "QLinearGlobalAveragePool"}
-WITHOUT_KERNEL |= {"If", "Loop", "Scan"}  # the optimizer makes them straight-line code for cpu (should_lower)
+WITHOUT_KERNEL |= {"If", "Scan"}  # the optimizer makes them straight-line code for cpu (should_lower)
 
 
 def test_every_ir_op_has_a_kernel() -> None:

@@ -247,3 +247,22 @@ def test_unknown_scan_length_is_refused_by_import():
     with pytest.raises(UnsupportedShape, match="scan outputs need a trip count known at compile time"):
         glowpy.compile(m, backend="cpu").run({"M": np.array(3, np.int64), "x": np.zeros(2, np.float32),
                                               "y0": np.zeros(2, np.float32)})
+
+
+def scaled_model(scale: float) -> onnx.ModelProto:
+    """x = x * scale while i < M: models that differ only inside the body."""
+    body = h.make_graph([const("k", np.float32(scale)), h.make_node("Mul", ["x_in", "k"], ["x_out"])], "body",
+                        [vi("i", T.INT64, []), vi("c", T.BOOL, []), vi("x_in", F, [3])],
+                        [vi("c", T.BOOL, []), vi("x_out", F, [3])])
+    loop = h.make_node("Loop", ["M", "", "x0"], ["x"], body=body)
+    return model([loop], [vi("M", T.INT64, []), vi("x0", F, [3])], [vi("x", F, [3])])
+
+
+def test_object_and_model_caches_tell_loop_bodies_apart():
+    feeds = {"M": np.array(3, np.int64), "x0": np.array([1.0, 2.0, -1.0], np.float32)}
+    for scale in (2.0, 3.0):
+        first = glowpy.compile(scaled_model(scale), backend="cpu")
+        again = glowpy.compile(scaled_model(scale), backend="cpu")
+        assert again.cached and native_loop(again)
+        for exe in (first, again):
+            np.testing.assert_array_equal(exe.run(feeds)["x"], feeds["x0"] * np.float32(scale) ** 3)
