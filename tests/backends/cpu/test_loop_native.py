@@ -302,3 +302,11 @@ def test_the_loop_module_prints_and_parses(cpu):
     text = cpu.emit_llvm(optimized_graph(nested_model(), "cpu"), threads=1)
     llvm.parse_assembly(text).verify()
     assert "loop.head" in text and "Loop" in text
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_no_iteration_gives_empty_scan_outputs_and_the_initial_values(backend):
+    x, y0 = np.array([0.5, -1.0], np.float32), np.array([1.0, 2.0], np.float32)
+    out = glowpy.compile(scan_model(0), backend=backend).run({"x": x, "y0": y0})
+    np.testing.assert_array_equal(out["y"], y0)
+    assert out["ys"].shape == (0, 2)
