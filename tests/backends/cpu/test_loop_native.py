@@ -310,3 +310,14 @@ def test_no_iteration_gives_empty_scan_outputs_and_the_initial_values(backend):
     out = glowpy.compile(scan_model(0), backend=backend).run({"x": x, "y0": y0})
     np.testing.assert_array_equal(out["y"], y0)
     assert out["ys"].shape == (0, 2)
+
+
+def test_a_carried_value_that_changes_shape_is_refused():
+    body = h.make_graph([h.make_node("Concat", ["x_in", "x_in"], ["x_out"], axis=0)], "body",
+                        [vi("i", T.INT64, []), vi("c", T.BOOL, []), vi("x_in", F, [2])],
+                        [vi("c", T.BOOL, []), vi("x_out", F, [4])])
+    m = model([h.make_node("Loop", ["M", "", "x0"], ["x"], body=body, name="grow")],
+              [vi("M", T.INT64, []), vi("x0", F, [2])], [vi("x", F, None)])
+    with pytest.raises(UnsupportedShape, match=r"node 'grow' \(Loop.*a loop-carried value changes type or shape"):
+        glowpy.compile(m, backend="cpu")
+    assert glowpy.check(m, "cpu").nodes[0].status.name == "UNSUPPORTED_SHAPE"
