@@ -49,6 +49,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from glowpy.ir.ops.control import bodies
+
 MAGIC = b"GLOWPY-OBJ-1"
 
 log = logging.getLogger("glowpy.cache")
@@ -109,16 +111,24 @@ def graph_signature(graph: Any, options: dict[str, Any], fingerprint: str) -> st
             h.update(repr(p).encode())
             h.update(b"\0")
 
+    def walk(g: Any) -> None:
+        for v in g.inputs:
+            put("in", v.name, str(v.dtype), v.shape)
+        for v in g.constants.values():
+            small = np.asarray(v.data).tobytes() if v.type.size <= 16 else None
+            put("const", v.name, str(v.dtype), v.shape, small)
+        for n in g.nodes:
+            subs = dict(bodies(n.op, n.attrs))
+            put("node", n.op, n.name, sorted((k, repr(a)) for k, a in n.attrs.items() if k not in subs),
+                [x.name for x in n.inputs], [(o.name, str(o.dtype), o.shape) for o in n.outputs])
+            for key, body in subs.items():  # a Loop kept as a loop is compiled with its body
+                put("body", key)
+                walk(body)
+                put("end", key)
+        put("out", [v.name for v in g.outputs])
+
     put(__version__, fingerprint, source_digest(), sorted(options.items()))
-    for v in graph.inputs:
-        put("in", v.name, str(v.dtype), v.shape)
-    for v in graph.constants.values():
-        small = np.asarray(v.data).tobytes() if v.type.size <= 16 else None
-        put("const", v.name, str(v.dtype), v.shape, small)
-    for n in graph.nodes:
-        put("node", n.op, n.name, sorted((k, repr(a)) for k, a in n.attrs.items()),
-            [x.name for x in n.inputs], [(o.name, str(o.dtype), o.shape) for o in n.outputs])
-    put("out", [v.name for v in graph.outputs])
+    walk(graph)
     return h.hexdigest()
 
 

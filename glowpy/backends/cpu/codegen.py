@@ -118,8 +118,9 @@ class Program:
 class Binder:
     """Alias classes, graph input/output binding, in-place reuse, live ranges, arena offsets."""
 
-    def __init__(self, graph: Graph, steps: list[Step], module: ir.Module) -> None:
+    def __init__(self, graph: Graph, steps: list[Step], module: ir.Module, prefix: str = "") -> None:
         self.graph = graph
+        self.prefix = prefix  # of the copies' names (a Loop body's, loops.py)
         self.steps = steps
         self.module = module
         self.of: dict[int, Storage] = {}
@@ -156,7 +157,7 @@ class Binder:
             if st.kind == "arena":
                 st.kind, st.index = "output", j
             else:  # an input, a constant or an output listed twice: copy at the end
-                fn = copy_function(self.module, f"copy.output{j}", v)
+                fn = copy_function(self.module, f"{self.prefix}copy.output{j}", v)
                 final_copies.append(Step(fn.name, fn, [Arg("output", index=j), Arg("value", v)], [], [],
                                          work=v.type.size, position=len(g.nodes)))
         steps = []

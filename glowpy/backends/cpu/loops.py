@@ -73,15 +73,10 @@ def emit_loop(low: Lowering, node: Node) -> None:
     trips = node.attrs["trip_count"]
     name = low.fname([node])
     kmod = low.kmod()
-    sub = type(low)(body, kmod, nthreads=1, vector_width=low.vector_width, fast_kernels=low.fast_kernels,
-                    prefix=f"{name}.")
-    sub.arrays, sub._array_keys = low.arrays, low._array_keys  # body arrays go into the one weights table
-    binder = Binder(body, sub.run(), kmod)
+    sub = low.child(body, kmod, f"{name}.")
+    binder = Binder(body, sub.run(), kmod, prefix=f"{name}.")
     steps = binder.bind()
     storage = binder.of
-    for s in steps:  # the binder's own copies are named per graph: make them this loop's
-        if s.fn is not None and s.fn.module is kmod and not s.fn.name.startswith(name):
-            s.fn.name = f"{name}.{s.fn.name}"
     for key, text in sub.kernel_defs.items():
         if low.kernel_defs.setdefault(key, text) != text:
             raise InternalError(f"two kernels define different functions named '{key}'")

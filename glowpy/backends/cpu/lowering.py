@@ -72,6 +72,14 @@ class Lowering:
         self.kernel_decls = self.texts.decls
         self._sharing = KernelSharing(self.kmod, release_weights)
 
+    def child(self, graph: Graph, module: ir.Module, prefix: str) -> Lowering:
+        """The lowering of a Loop body (loops.py): single-threaded, its kernels named under `prefix`, its
+        compile-time arrays in this lowering's weights."""
+        sub = Lowering(graph, module, nthreads=1, vector_width=self.vector_width, fast_kernels=self.fast_kernels,
+                       prefix=prefix)
+        sub.arrays, sub._array_keys = self.arrays, self._array_keys
+        return sub
+
     # --- helpers ------------------------------------------------------------------------------
 
     def array(self, a: np.ndarray) -> Arg:

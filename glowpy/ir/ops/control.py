@@ -152,7 +152,8 @@ def loop(attrs: dict, m: np.ndarray, cond: np.ndarray, *rest: np.ndarray) -> lis
     if k and i != attrs["trip_count"]:
         raise UnsupportedShape("the Loop ran a different number of iterations from its static trip count",
                                op="Loop", expected=attrs["trip_count"], found=i)
-    return [*carried, *(np.stack(s) for s in scans)]
+    elems = body.outputs[1 + n:]
+    return [*carried, *(np.stack(s) if s else np.zeros((0, *v.shape), v.dtype) for s, v in zip(scans, elems))]
 
 
 # --- Scan -----------------------------------------------------------------------------------------

@@ -247,3 +247,77 @@ def test_unknown_scan_length_is_refused_by_import():
     with pytest.raises(UnsupportedShape, match="scan outputs need a trip count known at compile time"):
         glowpy.compile(m, backend="cpu").run({"M": np.array(3, np.int64), "x": np.zeros(2, np.float32),
                                               "y0": np.zeros(2, np.float32)})
+
+
+def scaled_model(scale: float) -> onnx.ModelProto:
+    """x = x * scale while i < M: models that differ only inside the body."""
+    body = h.make_graph([const("k", np.float32(scale)), h.make_node("Mul", ["x_in", "k"], ["x_out"])], "body",
+                        [vi("i", T.INT64, []), vi("c", T.BOOL, []), vi("x_in", F, [3])],
+                        [vi("c", T.BOOL, []), vi("x_out", F, [3])])
+    loop = h.make_node("Loop", ["M", "", "x0"], ["x"], body=body)
+    return model([loop], [vi("M", T.INT64, []), vi("x0", F, [3])], [vi("x", F, [3])])
+
+
+def test_object_and_model_caches_tell_loop_bodies_apart():
+    feeds = {"M": np.array(3, np.int64), "x0": np.array([1.0, 2.0, -1.0], np.float32)}
+    for scale in (2.0, 3.0):
+        first = glowpy.compile(scaled_model(scale), backend="cpu")
+        again = glowpy.compile(scaled_model(scale), backend="cpu")
+        assert again.cached and native_loop(again)
+        for exe in (first, again):
+            np.testing.assert_array_equal(exe.run(feeds)["x"], feeds["x0"] * np.float32(scale) ** 3)
+
+
+def loop_in_if_model() -> onnx.ModelProto:
+    """If (a run-time flag) whose then branch is a loop of M (run-time) iterations of
+    x = softmax(x @ w) + x; a body with a matrix product with packed weights and an op the optimizer lowers."""
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")
+    body = h.make_graph([h.make_node("MatMul", ["x_in", "w"], ["xw"]), h.make_node("Softmax", ["xw"], ["sm"], axis=-1),
+                         h.make_node("Add", ["sm", "x_in"], ["x_out"])], "body",
+                        [vi("i", T.INT64, []), vi("c", T.BOOL, []), vi("x_in", F, [2, 4])],
+                        [vi("c", T.BOOL, []), vi("x_out", F, [2, 4])])
+    then = h.make_graph([h.make_node("Loop", ["M", "", "x0"], ["looped"], body=body)], "then", [],
+                        [vi("looped", F, [2, 4])])
+    other = h.make_graph([h.make_node("Neg", ["x0"], ["neg"])], "else", [], [vi("neg", F, [2, 4])])
+    node = h.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other)
+    return model([node], [vi("flag", T.BOOL, []), vi("M", T.INT64, []), vi("x0", F, [2, 4])], [vi("y", F, [2, 4])],
+                 inits=[w])
+
+
+@pytest.mark.parametrize(("backend", "options"), ENGINES, ids=IDS)
+def test_loop_inside_a_run_time_if_branch(backend, options):
+    x0 = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    feeds = [{"flag": np.array(f), "M": np.array(t, np.int64), "x0": x0} for f, t in ((True, 3), (True, 0), (False, 2))]
+    # the Loop's cond is absent: onnxruntime is the oracle (see above)
+    agree(loop_in_if_model(), feeds, backend, options, oracle=onnxruntime_outputs)
+
+
+def test_the_loop_module_prints_and_parses(cpu):
+    """The entry calls one Loop kernel; the body's kernels are its callees; the whole text is valid IR."""
+    import llvmlite.binding as llvm
+
+    from glowpy.pipeline import optimized_graph
+
+    text = cpu.emit_llvm(optimized_graph(nested_model(), "cpu"), threads=1)
+    llvm.parse_assembly(text).verify()
+    assert "loop.head" in text and "Loop" in text
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_no_iteration_gives_empty_scan_outputs_and_the_initial_values(backend):
+    x, y0 = np.array([0.5, -1.0], np.float32), np.array([1.0, 2.0], np.float32)
+    out = glowpy.compile(scan_model(0), backend=backend).run({"x": x, "y0": y0})
+    np.testing.assert_array_equal(out["y"], y0)
+    assert out["ys"].shape == (0, 2)
+
+
+def test_a_carried_value_that_changes_shape_is_refused():
+    body = h.make_graph([h.make_node("Concat", ["x_in", "x_in"], ["x_out"], axis=0)], "body",
+                        [vi("i", T.INT64, []), vi("c", T.BOOL, []), vi("x_in", F, [2])],
+                        [vi("c", T.BOOL, []), vi("x_out", F, [4])])
+    m = model([h.make_node("Loop", ["M", "", "x0"], ["x"], body=body, name="grow")],
+              [vi("M", T.INT64, []), vi("x0", F, [2])], [vi("x", F, None)])
+    with pytest.raises(UnsupportedShape, match=r"node 'grow' \(Loop.*a loop-carried value changes type or shape"):
+        glowpy.compile(m, backend="cpu")
+    assert glowpy.check(m, "cpu").nodes[0].status.name == "UNSUPPORTED_SHAPE"
