@@ -196,6 +196,7 @@ class Slot:
     error: GlowpyError | None = None
     weight: bool = False  # an initializer (or big Constant): data exists, but is not read here
     runtime_note: str = ""  # an assumption, made where a node reads the value at run time
+    runtime: bool = False  # computed from run-time inputs (what marks a slot without a static Value)
 
     @property
     def type(self) -> TensorType | None:
@@ -306,7 +307,8 @@ class Checker(Host):
         value = Value(info.name, TensorType(dtype, shape), "input") if shape is not None else None
         if value is not None and info.name not in self._specialized:
             self._runtime.add(id(value))
-        self.slots[info.name] = Slot(dtype, None if dims is None else tuple(dims), value)
+        self.slots[info.name] = Slot(dtype, None if dims is None else tuple(dims), value,
+                                     runtime=info.name not in self._specialized)
 
     def bad_value(self, name: str, err: GlowpyError, *, weight: bool) -> None:
         self.slots[name] = Slot(error=err, weight=weight)
@@ -480,17 +482,21 @@ class Checker(Host):
         so the nodes after it are still checked."""
         schema: dict[str, Slot] | None = None
         ins = [self.slots.get(x) for x in node.input if x]
+        # Outputs computed from the values of specialized inputs or weights are known at compile time,
+        # whether or not the check knows their shapes.
         runtime = node.op_type not in TYPE_ONLY_OPS and any(
-            x is None or (x.value is None and not x.weight) or id(x.value) in self._runtime for x in ins)
+            x is None or x.runtime or id(x.value) in self._runtime for x in ins)
         for out in node.output:
             if out and out not in self.slots:
                 slot = self._declared_slot(out)
                 if slot is None:
                     schema = self._schema_slots(node) if schema is None else schema
                     slot = schema.get(out)
-                self.slots[out] = slot or Slot()
-                if runtime and self.slots[out].value is not None:
-                    self._runtime.add(id(self.slots[out].value))
+                self.slots[out] = slot = slot or Slot()
+                if runtime:
+                    slot.runtime = True
+                    if slot.value is not None:
+                        self._runtime.add(id(slot.value))
 
     def _schema_slots(self, node: NodeProto) -> dict[str, Slot]:
         """Output types of a node glowpy did not convert (rejected, or its output shape hangs on an

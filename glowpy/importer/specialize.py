@@ -99,8 +99,9 @@ def _flat_nodes(proto: ModelProto) -> list[onnx.NodeProto]:
 
 def pending_reason(proto: ModelProto, shapes: ShapeMap | None = None) -> str:
     """Why the model compiles only on first run, naming the first unbound dim or the operand inputs."""
+    unbound = set(unbound_inputs(proto, shapes))
     for info in graph_inputs(proto):
-        if info.name in unbound_inputs(proto, shapes):
+        if info.name in unbound:
             dims = declared_type(info)[1]
             sym = next((d for d in dims or () if not (isinstance(d, int) and d > 0)), None)
             what = f"symbolic dim '{sym}'" if isinstance(sym, str) else "no static shape"

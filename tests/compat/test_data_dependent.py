@@ -120,3 +120,26 @@ def test_a_scalar_shape_operand_fed_at_run_time_stays_a_scalar(backend):
     for i, shape in ((0, (4, 6)), (2, (3, 8))):
         got = compiled.run({"X": x, "i": np.array(i, np.int64)})["Y"]
         np.testing.assert_array_equal(got, x.reshape(shape))
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_a_shape_computed_from_a_specialized_operand_is_known_at_compile_time(backend):
+    """BERT's TorchScript export computes Expand's shape as Where(Equal(c, -ConstantOfShape(S)),
+    ConstantOfShape(S), c). Fed at run time, S specializes the model, so the shape is known when it compiles:
+    the check accepts it (the nodes between, whose shapes it cannot see, do not make it a run-time value)."""
+    n = helper.make_node
+    inits = [numpy_helper.from_array(np.array([1, -1], np.int64), "c"),
+             numpy_helper.from_array(np.array(-1, np.int64), "minus")]
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    nodes = [n("ConstantOfShape", ["S"], ["ones"], value=one), n("Mul", ["ones", "minus"], ["neg"]),
+             n("Equal", ["c", "neg"], ["eq"]), n("Where", ["eq", "ones", "c"], ["shape"]),
+             n("Expand", ["X", "shape"], ["Y"], name="expand")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", F, [2, 1]),
+                                       helper.make_tensor_value_info("S", I64, [1])],
+                          [helper.make_tensor_value_info("Y", F, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    report = glowpy.check(model, backend=backend)
+    assert report.status == Status.SUCCESS, report.reason
+    x = np.array([[1.0], [2.0]], np.float32)
+    y = glowpy.compile(model, backend=backend).run({"X": x, "S": np.array([2], np.int64)})["Y"]
+    np.testing.assert_array_equal(y, np.broadcast_to(x, (2, 1)))  # shape Where([F, T], [1, 1], [1, -1]) = [1, 1]

@@ -123,19 +123,22 @@ RUNTIME_OPERANDS = [n for n in NAMES if operands_as_inputs(skeleton(n))[1]]
 def test_the_check_agrees_with_the_full_compile_with_operands_fed_at_run_time(name: str) -> None:
     cheap, operands = operands_as_inputs(filled(skeleton(name), initializers=False))
     report = glowpy.check(cheap, backend="interpreter")
-    assert glowpy.check(cheap, backend="cpu").status == report.status
+    assert glowpy.check(cheap, backend="cpu").supported == report.supported
     full, _ = operands_as_inputs(filled(skeleton(name), initializers=True))
     feeds = {**make_inputs(full)[0], **operands}
     if report.supported:
-        # What the compile does on the first run with these feeds (operands that decide shapes compiled in).
-        compiled = glowpy.compile(full, backend="interpreter")
-        assert isinstance(compiled, SpecializingModel), f"{name}: its operands decide no shape"
-        compiled.specialization(feeds)
+        # What the compile does on the first run with these feeds: operands that decide shapes compiled in
+        # (those that do not, Clip's bounds, stay inputs: then it compiled now). The verdicts are the
+        # importer's: the optimizer stays off, for time.
+        compiled = glowpy.compile(full, backend="interpreter", optimize=False)
+        if isinstance(compiled, SpecializingModel):
+            compiled.specialization(feeds)
         return
     # The compile refuses up front with the check's verdict; what its first run would do refuses alike.
     shape_operands = specialize.shape_operands(full)
     bound = specialize.specialize(full, feeds, shape_operands)
     with pytest.raises(GlowpyError) as info:
-        glowpy.compile(bound, backend="interpreter", shapes=specialize.feed_shapes(feeds, shape_operands))
+        glowpy.compile(bound, backend="interpreter", shapes=specialize.feed_shapes(feeds, shape_operands),
+                       optimize=False)
     err = info.value
     assert report.status == err.status and first_refused(report) == (err.node, err.op), (report.reason, str(err))

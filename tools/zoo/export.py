@@ -116,6 +116,8 @@ class Detections(torch.nn.Module):
 
 
 def ssdlite320_mobilenet_v3_large(exporter: str) -> Spec:
+    """torch.export (dynamo) cannot trace its batched NMS: it guards on data-dependent sizes, torchvision's
+    coordinate-trick NMS too (export_status.json); the TorchScript export is the zoo's detector."""
     import torchvision
 
     model = torchvision.models.detection.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None)
