@@ -67,7 +67,6 @@ class QProduct:
     float64: bool = False
     relu: bool = False
     dense: bool = False  # im2col row k is x[ktab[k] + p]: vector packing
-    out_map: bool = False  # column p stores at out row + ptab[p] (skipped where -1)
 
 
 def _vnni(vw: int) -> bool:
@@ -204,7 +203,7 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
                     if need_colsum:
                         cs = b.load(b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), typ=g.i32v, align=4)
                         t = b.sub(t, b.mul(zpr, cs))
-                    _store_out(g, spec, args["out"], orow, p0, v, ncols, t, m, yz, ft, args["ptab"])
+                    _store_out(g, spec, args["out"], orow, p0, v, ncols, t, m, yz, ft)
 
         rloop = U.for_range(b, 0, rfull, "rb") if rfull else None
         if rloop is not None:
@@ -401,7 +400,7 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
     del kg
 
 
-def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: int, ft, ptab=None) -> None:
+def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: int, ft) -> None:
     """Store one vector of results: int32 as is, or requantized to 8 bits."""
     b, vw = g.b, g.vw
     if spec.out_kind == "i32":
@@ -426,16 +425,6 @@ def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: 
                                             ir.Constant(g.i32v, [0] * vw)))
     vt = val.type
     tag = f"v{vw}i{et.width}"
-    if spec.out_map:
-        i32v = ir.VectorType(I32, vw)
-        maps = b.load(b.gep(ptab, [pv], source_etype=I32), typ=i32v, align=4)
-        mask = b.and_(mask, b.icmp_signed(">=", maps, ir.Constant(i32v, [0] * vw)))
-        idx = b.add(b.sext(maps, ir.VectorType(I64, vw)), g.splat(orow, I64))
-        ptrs = b.gep(out, [idx], source_etype=et)
-        ptrs.type = ir.VectorType(PTR, vw)
-        fn = U.declare(g.m, f"llvm.masked.scatter.{tag}.v{vw}p0", ir.VoidType(), [vt, ptrs.type, I32, mask.type])
-        b.call(fn, [val, ptrs, U.i32(et.width // 8), mask])
-        return
     if spec.out_ps == 1:
         ptr = b.gep(out, [b.add(orow, pv)], source_etype=et)
         fn = U.declare(g.m, f"llvm.masked.store.{tag}.p0", ir.VoidType(), [vt, PTR, I32, mask.type])
@@ -569,6 +558,22 @@ def emit_qpad(module: ir.Module, name: str, *, planes: int, H: int, W: int, pads
                     with U.for_range(b, j0, j1 + 1, f"j{rh}{rw}") as j:
                         at = b.add(b.mul(j, U.i64(sw)), U.i64(rw - pl))
                         b.store(b.load(b.gep(srow, [at], source_etype=I8), typ=I8), b.gep(drow, [j], source_etype=I8))
+    b.ret_void()
+    return fn
+
+
+def emit_qcrop(module: ir.Module, name: str, *, rows: int, src_w: int, dst_w: int, itemsize: int) -> ir.Function:
+    """`void name(out, x, tid, nthreads)`: the first dst_w elements of each of `rows` rows of src_w."""
+    fn, b = U.new_function(module, name, [("out", PTR), ("x", PTR), ("tid", I32), ("nthreads", I32)],
+                           internal=False)
+    out, x, tid, nt = fn.args
+    x.add_attribute("noalias")
+    memcpy = U.declare(module, "llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)])
+    lo, hi = U.thread_range(b, rows, tid, nt, "row")
+    with U.for_range(b, lo, hi, "r") as r:
+        b.call(memcpy, [b.gep(out, [b.mul(r, U.i64(dst_w * itemsize))], source_etype=I8),
+                        b.gep(x, [b.mul(r, U.i64(src_w * itemsize))], source_etype=I8), U.i64(dst_w * itemsize),
+                        ir.Constant(ir.IntType(1), 0)])
     b.ret_void()
     return fn
 
@@ -754,8 +759,8 @@ def _one(a: np.ndarray, node: Node, what: str) -> int:
     return int(a.reshape(-1)[0])
 
 
-def _step(low: Lowering, node: Node, spec: QProduct, x: Value, **kw) -> None:
-    out = node.outputs[0]
+def _step(low: Lowering, node: Node, spec: QProduct, x: Value, out: Value | None = None, **kw) -> None:
+    out = out if out is not None else node.outputs[0]
     info = low.generate(emit_qproduct, low.fname([node]), ("w", "wz", "bias", "mult"), spec=spec,
                         vector_width=low.vector_width, **kw)
     args = [low.val(out), low.val(x), SCRATCH] + [low.array(p) for p in info.packed]
@@ -834,15 +839,21 @@ def _lower_qconv_packed(low: Lowering, node: Node) -> None:
                        stride=(sh, sw), out_hw=(Hq, Wq), phases=phases, value=xz_i)
         low.add(Step(fn.name, fn, [low.val(src), low.val(x)], [src], [node], work=float(src.type.size)))
         cols = OH * Wq
-        _, nv = choose_tile(R, cols, low.vector_width)
-        nr = nv * low.vector_width
         f = np.array([phase_of[ph] for ph in zip(rh.tolist(), rw.tolist())], np.int64)
         kofs = ci * plane + f * Hq * Wq + (kh * dil[0] // sh) * Wq + kw * dil[1] // sw
         kt = np.stack([kofs, 0 * kofs, 0 * kofs])
-        oh, ow = np.divmod(np.arange(-(-cols // nr) * nr + low.vector_width), Wq)
-        pt = np.where((ow < OW) & (oh < OH), oh * OW + ow, -1)[None]
+        pt = np.zeros((3, 1), np.int64)
+        common.update(out_unit=(M * cols, R * cols), out_rs=cols)
         spec = QProduct(units=N * G, R=R, K=K, P=cols, x_unit=(C * plane, cg * plane), H=1, W=1, dense=True,
-                        out_map=True, **common)
+                        **common)
+        # the product over OH x Wq columns into a scratch value, then its first OW columns of each row
+        wide = Value(f"{out.name}.qwide", TensorType(out.dtype, (N, M, OH, Wq)), "node")
+        _step(low, node, spec, src, out=wide, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(),
+              bias=bias, xz=xz_i, k_tables=kt, p_tables=pt, mult=mult, yz=yz_i)
+        fn = emit_qcrop(low.kmod(), low.fname([node]), rows=N * M * OH, src_w=Wq, dst_w=OW,
+                        itemsize=out.dtype.itemsize)
+        low.add(Step(fn.name, fn, [low.val(out), low.val(wide)], [out], [node], work=float(out.type.size)))
+        return
     _step(low, node, spec, src, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(), bias=bias,
           xz=xz_i, k_tables=kt, p_tables=pt, mult=mult, yz=yz_i)
 
