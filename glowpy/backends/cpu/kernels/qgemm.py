@@ -406,16 +406,19 @@ def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: 
     if spec.out_kind == "i32":
         val, et = t, I32
     else:
+        # clip(rint(y) + yz, lo, hi) == rint(clip(y, lo - yz, hi - yz)) + yz (rounding is monotonic and
+        # fixes integers): the clipped value converts in range, rounding half to even (lrint)
         fv = ir.VectorType(ft, vw)
         y = b.fmul(b.sitofp(t, fv), m)
-        rfn = U.declare(g.m, f"llvm.roundeven.v{vw}{'f64' if ft == F64 else 'f32'}", fv, [fv])
-        y = b.fadd(b.call(rfn, [y]), ir.Constant(fv, [float(yz)] * vw))
         lo, hi = (0, 255) if spec.out_kind == "u8" else (-128, 127)
         if spec.relu:
             lo = max(lo, yz)
-        y = b.select(b.fcmp_ordered("<", y, ir.Constant(fv, [float(lo)] * vw)), ir.Constant(fv, [float(lo)] * vw), y)
-        y = b.select(b.fcmp_ordered(">", y, ir.Constant(fv, [float(hi)] * vw)), ir.Constant(fv, [float(hi)] * vw), y)
-        val, et = b.trunc(b.fptosi(y, g.i32v), ir.VectorType(I8, vw)), I8
+        flo, fhi = ir.Constant(fv, [float(lo - yz)] * vw), ir.Constant(fv, [float(hi - yz)] * vw)
+        y = b.select(b.fcmp_ordered("<", y, flo), flo, y)
+        y = b.select(b.fcmp_ordered(">", y, fhi), fhi, y)
+        lrint = U.declare(g.m, f"llvm.lrint.v{vw}i32.v{vw}{'f64' if ft == F64 else 'f32'}", g.i32v, [fv])
+        q = b.add(b.call(lrint, [y]), ir.Constant(g.i32v, [yz] * vw))
+        val, et = b.trunc(q, ir.VectorType(I8, vw)), I8
     pv = b.add(p0, U.i64(v * vw))
     left = b.sub(ncols, U.i64(v * vw))
     mask = b.icmp_signed("<", ir.Constant(ir.VectorType(I64, vw), list(range(vw))),
