@@ -6,14 +6,20 @@ Every product is one shape: out[r, p] = sum_k (x[k, p] - xz) * (w[r, k] - wz[r])
 of a matmul's A). The activations are the unsigned vector operand, the weights the signed broadcast
 operand: int8 activations are flipped to uint8 (x ^ 0x80, zero point + 128) and uint8 weights to int8
 (w - 128, zero point - 128) at no cost to exactness. Per thread and column panel of NR = NV * VW
-columns, the activations are packed into scratch as [K/4][NR][4] bytes (im2col from per-column and
-per-reduction offset tables, padding = xz, the K tail 0); weights are packed at compile time as
-[R/MR][K/4][MR][4]. The micro-kernel keeps MR x NV int32 vectors and per 4-byte k-group issues:
+columns, the activations are packed into scratch as [K/4][NR][4] bytes; weights are packed at compile
+time as [R/MR][K/4][MR][4]. The micro-kernel keeps MR x NV int32 vectors and per 4-byte k-group issues:
 
 - AVX-512 VNNI: one `vpdpbusd` per (row, vector);
 - otherwise (AVX2, AVX-512 without VNNI): bytes widened to int16 and `pmaddwd` (exact: a pair of
   u8 * s8 products fits int32; `pmaddubsw` would saturate int16). Each vector then keeps two int32
   halves holding pair sums, added once in the epilogue.
+
+Packing is vector code (four rows of VW bytes interleaved by shuffles) wherever row k of the im2col is
+a contiguous run x[ktab[k] + p]: a 1x1 stride-1 convolution as it is, any other convolution over its
+input padded with the zero point and split into the stride phases its taps read (emit_qpad), the
+product then running over OH x Wq columns of which the first OW per row are kept (emit_qcrop). The
+matrix products pack from offset tables (matmul_tables). Depthwise convolutions have their own
+kernel (emit_qdepthwise); operands known only at run time, plain loops (emit_q*_runtime).
 
 The zero points fold into per-row constants at pack time: sum (x - xz)(w - wz) = sum x w + c[r]
 - wz[r] * colsum(x), c[r] = bias[r] - xz * sum_k w[r] + K * xz * wz[r]; colsum (one more pass of
