@@ -87,8 +87,8 @@ def choose_tile(rows: int, cols: int, vw: int) -> tuple[int, int]:
         cands = ((8, 3), (6, 4), (4, 6))
     elif vw == 16:
         cands = ((6, 2), (4, 3))
-    else:
-        cands = ((6, 1), (3, 2))
+    else:  # 16 registers: 6 x 2 accumulator halves, 2 widened x halves and the weights
+        cands = ((6, 1),)
 
     def cost(c: tuple[int, int]) -> float:
         mr, nv = min(c[0], rows), c[1]
@@ -378,7 +378,7 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
         left = b.sub(U.i64(P), b.add(p0, U.i64(v * vw)))
         masks.append(b.icmp_signed("<", iota, g.splat(left, I64)))
 
-    def group(k0, rows: int) -> None:
+    def group(k0, rows: int, whole: bool) -> None:
         for v in range(nv):
             col = b.add(b.add(xbase, p0), U.i64(v * vw))
             rs = []
@@ -388,7 +388,8 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
                     continue
                 kofs = b.load(b.gep(ktab, [b.add(k0, U.i64(t))], source_etype=I32), typ=I32)
                 at = b.add(col, b.sext(kofs, I64))
-                r = b.call(load, [b.gep(x, [at], source_etype=I8), U.i32(1), masks[v], zero])
+                src = b.gep(x, [at], source_etype=I8)
+                r = b.load(src, typ=row_t, align=1) if whole else b.call(load, [src, U.i32(1), masks[v], zero])
                 if not spec.x_unsigned:
                     r = b.xor(r, ir.Constant(row_t, [-128] * vw))
                 rs.append(r)
@@ -397,12 +398,20 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
             dst = b.gep(panel, [b.add(b.mul(kgi, U.i64(nv * vw * 4)), U.i64(v * vw * 4))], source_etype=I8)
             b.store(q, dst, align=64)
 
-    full = K // 4
-    if full:
-        with U.for_range(b, 0, full, "pk") as kk:
-            group(b.mul(kk, U.i64(4)), 4)
-    if K % 4:
-        group(U.i64(full * 4), K % 4)
+    def pack(whole: bool) -> None:
+        full = K // 4
+        if full:
+            with U.for_range(b, 0, full, "pk") as kk:
+                group(b.mul(kk, U.i64(4)), 4, whole)
+        if K % 4:
+            group(U.i64(full * 4), K % 4, whole)
+
+    # panels wholly inside P load plainly (byte masked loads are scalar code without AVX-512)
+    with b.if_else(b.icmp_signed("<=", b.add(p0, U.i64(nv * vw)), U.i64(P))) as (inside, edge):
+        with inside:
+            pack(True)
+        with edge:
+            pack(False)
     del kg
 
 
@@ -435,9 +444,14 @@ def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: 
     vt = val.type
     tag = f"v{vw}i{et.width}"
     if spec.out_ps == 1:
+        # whole vectors store plainly (byte masked stores are scalar code without AVX-512)
         ptr = b.gep(out, [b.add(orow, pv)], source_etype=et)
         fn = U.declare(g.m, f"llvm.masked.store.{tag}.p0", ir.VoidType(), [vt, PTR, I32, mask.type])
-        b.call(fn, [val, ptr, U.i32(et.width // 8), mask])
+        with b.if_else(b.icmp_signed(">=", left, U.i64(vw))) as (whole, part):
+            with whole:
+                b.store(val, ptr, align=1)
+            with part:
+                b.call(fn, [val, ptr, U.i32(et.width // 8), mask])
         return
     idx = b.add(b.mul(b.add(g.splat(pv, I64), ir.Constant(ir.VectorType(I64, vw), list(range(vw)))),
                       ir.Constant(ir.VectorType(I64, vw), [spec.out_ps] * vw)), g.splat(orow, I64))
