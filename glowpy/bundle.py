@@ -2,7 +2,8 @@
 
 `write_bundle(model, "out/")` (`glowpy bundle MODEL -o out/`) writes, for a bundle NAME:
 
-    NAME_model.o   the generated module (position-independent; one global symbol, NAME_entry)
+    NAME_model.o   the generated module (position-independent; two global symbols, NAME_entry and
+                   NAME_release)
     NAME.weights   the weights table's arrays, each 64-byte aligned, behind a 64-byte header
     NAME.h         the entry, the runtime (load / run / free) and each input and output tensor
     NAME.c         the runtime: reads the weights file, points the table at it, owns the arena
@@ -11,7 +12,9 @@
 
 The code is what the cpu backend JIT-compiles for the same options (the same kernels, weights table
 and arena plan), so a bundle's outputs equal `glowpy.compile(model, threads=T)`'s bit for bit on the
-same host. The thread count is fixed at bundle time (the generated entry starts its own pthreads).
+same host. The thread count is fixed at bundle time: the first run on an arena starts the generated
+code's own thread pool (kept in the arena, parked between runs), and NAME_free joins it
+(NAME_release) before it frees the arena.
 
 The seeded pattern of main.c is `pattern()` here: a 64-bit LCG per input, 24 bits per element.
 """
@@ -34,6 +37,7 @@ from glowpy import __version__, pipeline
 from glowpy.backends.cpu import CpuBackend, codegen
 from glowpy.backends.cpu.target import optimize as optimize_module
 from glowpy.backends.cpu.target import parse
+from glowpy.backends.cpu.threads import RELEASE
 from glowpy.errors import UnsupportedAttribute, UnsupportedDatatype
 from glowpy.ir.graph import Value
 
@@ -96,7 +100,8 @@ def _tensors(values: list[Value]) -> list[tuple[str, str, tuple[int, ...]]]:
 
 
 def _object(ir_text: str, name: str, isa: str) -> bytes:
-    """Optimized position-independent object code with NAME_entry the only global definition."""
+    """Optimized position-independent object code with NAME_entry and NAME_release the only global
+    definitions."""
     target = CpuBackend().target_for({"isa": isa})
     module = parse(ir_text, target)
     for fn in module.functions:
@@ -104,6 +109,8 @@ def _object(ir_text: str, name: str, isa: str) -> bytes:
             continue
         if fn.name == codegen.ENTRY:
             fn.name = f"{name}_entry"
+        elif fn.name == RELEASE:
+            fn.name = f"{name}_release"
         else:
             fn.linkage = "internal"
     for gv in module.global_variables:
@@ -245,6 +252,9 @@ extern const glowpy_tensor_info {n}_outputs[];
 /* The generated entry (NAME_model.o): the weights table, a 64-byte aligned arena of ARENA_BYTES, and
  * one pointer per input and per output (outputs are written in place). One run per arena at a time. */
 void {n}_entry(void **weights, void *arena, void **inputs, void **outputs);
+/* Joins the threads the entry started for this arena (none with one thread); the next run on it
+ * starts them again. Call it, with no run in flight, before the arena is freed. */
+void {n}_release(void *arena);
 
 /* The runtime ({n}.c). */
 typedef struct {n}_model {n}_model;
@@ -330,6 +340,7 @@ void {n}_run({n}_model *m, const void *const *inputs, void *const *outputs) {{
 
 void {n}_free({n}_model *m) {{
     if (!m) return;
+    if (m->arena) {n}_release(m->arena);
     free(m->blob);
     free(m->arena);
     free(m);

@@ -68,6 +68,12 @@ class CompiledModel:
         self.cached = cached
         self.imported = imported
         self._inputs = {v.name: v for v in graph.inputs}
+        self._output_names = [v.name for v in graph.outputs]
+        # what run's fast path accepts as is: every input by name, an ndarray of the compiled type and
+        # shape, C-contiguous (a shape with a zero dim always takes the full checks, which refuse it)
+        self._fast_feeds = [(v.name, v.dtype, v.shape) for v in graph.inputs]
+        if any(0 in shape for _, _, shape in self._fast_feeds):
+            self._fast_feeds = None
 
     @property
     def input_names(self) -> list[str]:
@@ -102,9 +108,30 @@ class CompiledModel:
                                    found=sorted(feeds))
         return [check_feed(v.name, feeds[v.name], v.dtype, v.shape) for v in self.graph.inputs]
 
+    def _feeds_as_is(self, feeds: Mapping[str, Any]) -> list[np.ndarray] | None:
+        """The inputs in graph order when the feeds need no check beyond type, shape and layout, else None."""
+        specs = self._fast_feeds
+        if specs is None or not isinstance(feeds, dict) or len(feeds) != len(specs):
+            return None
+        arrays = []
+        for name, dtype, shape in specs:
+            a = feeds.get(name)
+            if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+                return None
+            arrays.append(a)
+        return arrays
+
     def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        outputs = self.executable.run(self.validate(feeds))
-        return dict(zip(self.output_names, outputs))
+        arrays = self._feeds_as_is(feeds)
+        outputs = self.executable.run(self.validate(feeds) if arrays is None else arrays)
+        return dict(zip(self._output_names, outputs))
+
+    def close(self) -> None:
+        """Release the executable's threads now (a cpu executable's pool; collecting the model does it
+        too). The model stays usable: a later run starts them again."""
+        close = getattr(self.executable, "close", None)
+        if close is not None:
+            close()
 
     def __repr__(self) -> str:
         return (f"<CompiledModel backend={self.backend} inputs={self.input_names} outputs={self.output_names} "
@@ -172,6 +199,11 @@ class SpecializingModel:
     def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         model = self.specialization(feeds)
         return model.run({n: feeds[n] for n in model.input_names})  # the others are its weights
+
+    def close(self) -> None:
+        """Release every kept specialization's threads (see CompiledModel.close)."""
+        for m in self.specializations:
+            m.close()
 
     def _latest(self) -> CompiledModel:
         if self._last is None:

@@ -4,10 +4,15 @@ onnxruntime's (share of output elements within one quantization step of the outp
 thread: glowpy int8 vs onnxruntime int8 vs glowpy fp32 (and onnxruntime fp32 for scale).
 
     PYTHONPATH=$PWD python tools/bench_int8.py [--models resnet50.torchscript mobilenet_v2.torchscript]
-        [--calibration 8] [--runs 5]
+        [--calibration 8] [--runs 5] [--top1 200 [--top1-calibration 16] [--method minmax]]
 
 glowpy int8 runs on the cpu backend when it compiles the quantized model, else on the interpreter
 (accuracy only; its latency is not a figure of merit and is printed as such).
+
+`--top1 N` measures glowpy's own quantizer instead (glowpy.quantize, profiled on the cpu backend): the model quantized
+from calibration feeds drawn by the zoo's input rules (seeds 10000...), then the share of N other seeded
+feeds (seeds 1000...) whose top-1 class is the float model's, both run on glowpy (cpu, else the
+interpreter), with onnxruntime's quantize_static model on the same feeds for comparison.
 """
 
 from __future__ import annotations
@@ -129,17 +134,51 @@ def bench(name: str, calibration: int, runs: int) -> None:
         print(f"  glowpy int8 (interpreter, one run) {first:9.2f} ms")
 
 
+def top1(name: str, count: int, calibration: int, method: str) -> None:
+    """Top-1 agreement of glowpy's own calibrated int8 model with the float model (see the docstring)."""
+    from glowpy.quantize import quantize
+
+    model = realize(SKELETON_DIR / f"{name}.onnx", 0)
+    (input_name,) = make_inputs(model, 1)[0]
+    calib = [make_inputs(model, 10_000 + s)[0] for s in range(calibration)]
+    qdq = quantize(model, {input_name: np.stack([f[input_name] for f in calib])}, method=method, backend="cpu")
+    with tempfile.TemporaryDirectory() as d:
+        ort_qdq = quantize_static(model, calib, Path(d))
+    try:
+        g_int8, backend = glowpy.compile(qdq, backend="cpu"), "cpu"
+    except GlowpyError as e:
+        print(f"  glowpy cpu refuses its own int8 model: {type(e).__name__}: {e}")
+        g_int8, backend = glowpy.compile(qdq, backend="interpreter"), "interpreter"
+    g_fp32, o_int8 = glowpy.compile(model, backend="cpu"), session(ort_qdq.SerializeToString())
+    out = model.graph.output[0].name
+    agree = ort_agree = 0
+    for s in range(count):
+        feed = make_inputs(model, 1000 + s)[0]
+        want = int(np.argmax(g_fp32.run(feed)[out]))
+        agree += int(np.argmax(g_int8.run(feed)[out])) == want
+        ort_agree += int(np.argmax(o_int8.run([out], feed)[0])) == want
+    print(f"{name}: glowpy int8 ({method}, {calibration} calibration feeds, on {backend}) top-1 = fp32 on "
+          f"{agree}/{count} = {agree / count:.1%}; onnxruntime quantize_static on the same feeds: "
+          f"{ort_agree}/{count} = {ort_agree / count:.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["resnet50.torchscript", "mobilenet_v2.torchscript"])
     ap.add_argument("--calibration", type=int, default=8)
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--top1", type=int, default=0, help="top-1 agreement of glowpy's own int8 on this many feeds")
+    ap.add_argument("--top1-calibration", type=int, default=16)
+    ap.add_argument("--method", default="minmax", help="glowpy.quantize calibration method")
     args = ap.parse_args()
     import llvmlite.binding as llvm
 
     print(f"host cpu {llvm.get_host_cpu_name()}, onnxruntime {ort.__version__}")
     for name in args.models:
-        bench(name, args.calibration, args.runs)
+        if args.top1:
+            top1(name, args.top1, args.top1_calibration, args.method)
+        else:
+            bench(name, args.calibration, args.runs)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from glowpy.ir.graph import Graph, Node
+from glowpy.ir.graph import Graph, Node, Value
 
 
 class Executable(ABC):
@@ -45,6 +45,11 @@ class Backend(ABC):
         """Can `node` (a Conv) take a residual operand added before its activation?"""
         return True
 
+    def supports_squeeze_excite(self, x: Value, activation: str, gate: str) -> bool:
+        """Can the backend run a SqueezeExcite op (optimizer/squeeze_excite.py) on input `x` with these
+        fused activation and gate names?"""
+        return True
+
     # A model-level cache: a backend that has one returns a key for a compile and keeps its result.
     def model_cache_key(self, model: Any, shapes: Any, optimize: bool, options: dict[str, Any]) -> str | None:
         """The key under which compiling `model` with `options` is cached, or None: not cached."""
@@ -57,6 +62,11 @@ class Backend(ABC):
     def store_compiled(self, key: str, graph: Graph, executable: Executable, imported: Any) -> bool:
         """Keep a compile's result under `key`; False when it is not kept."""
         return False
+
+    def flush_compiled(self) -> None:
+        """Wait until what `store_compiled` began is kept (before a host may exit without Python's
+        shutdown, which would otherwise drop a write still in flight)."""
+        return None
 
     @abstractmethod
     def compile(self, graph: Graph, **options: Any) -> Executable: ...

@@ -49,7 +49,8 @@ def _known_int(ctx: NodeContext, v: Value) -> int | None:
     return None if data is None else int(np.asarray(data).reshape(-1)[0])
 
 
-@onnx_op("Loop", attrs={"body": GRAPH}, dtypes=frozenset({INT64}), max_outputs=MANY)
+@onnx_op("Loop", attrs={"body": GRAPH}, dtypes=frozenset({INT64}), max_outputs=MANY, const_inputs=(0, 1),
+         runtime_inputs=(0, 1))
 def convert_loop(ctx: NodeContext) -> list[Value]:
     """M and cond default to unbounded and true. The trip count is static when M is known and the loop
     cannot end early (the initial condition is true and the body passes it on, or gives a constant true).
@@ -60,7 +61,7 @@ def convert_loop(ctx: NodeContext) -> list[Value]:
     carried = [ctx.input(i) for i in range(2, ctx.num_inputs)]
     steps = _known_int(ctx, m)
     steps = steps if steps is not None and steps < UNBOUNDED and _always_true(ctx, cond) else None
-    promised = None if steps is not None else _declared_trips(ctx, len(carried))
+    promised = _declared_trips(ctx, len(carried))
     try:
         body = ctx.body("body", [TensorType(INT64, ()), TensorType(BOOL, ()), *(v.type for v in carried)])
     except UnsupportedShape as e:
@@ -70,11 +71,16 @@ def convert_loop(ctx: NodeContext) -> list[Value]:
         return _unrolled(ctx, m if steps is None else None, cond, carried, trips, e)
     g = body.graph
     passes_cond = _source(g.outputs[0]) is g.inputs[1] or _always_true(ctx, g.outputs[0])
+    if steps is None and passes_cond and len(g.outputs) > 1 + len(carried):
+        # M and cond decide the scan outputs' length: graph inputs feeding them specialize (their values
+        # are compiled in), and the check, which does not see those values, stops here
+        ctx.const_or_runtime(0)
+        ctx.const_or_runtime(1)
     trips = steps if steps is not None and passes_cond else -1
-    if trips < 0 and len(g.outputs) > 1 + len(carried) and promised is not None:
-        trips = promised
+    declared = trips < 0 and len(g.outputs) > 1 + len(carried) and promised is not None
     return ctx.emit("Loop", [m, cond, *carried, *body.captures],
-                    {"body": g, "num_carried": len(carried), "trip_count": trips})
+                    {"body": g, "num_carried": len(carried), "trip_count": promised if declared else trips,
+                     "promised": int(declared)})
 
 
 def _declared_trips(ctx: NodeContext, n: int) -> int | None:
@@ -104,7 +110,8 @@ def _unrolled(ctx: NodeContext, m: Value | None, cond: Value, carried: list[Valu
         m_i = one if m is None else ctx.emit1("Min", [ctx.emit1("Sub", [m, ctx.constant(np.array(i, INT64), f"i{i}")]),
                                                        one])
         outs = ctx.emit("Loop", [m_i, cond, *carried, *body.captures],
-                        {"body": body.graph, "num_carried": n, "trip_count": 1})
+                        {"body": body.graph, "num_carried": n, "trip_count": 1,
+                         "promised": int(m is not None or not _always_true(ctx, cond))})
         carried = outs[:n]
         scans.append(outs[n:])
     if not scans:

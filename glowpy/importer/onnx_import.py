@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,26 @@ from glowpy.ir.graph import Graph, Value
 from glowpy.ir.ops import get_op
 from glowpy.ir.types import TensorType
 
-ModelLike = bytes | bytearray | memoryview | str | os.PathLike | ModelProto
+
+@dataclass(frozen=True)
+class DeferredModel:
+    """A model known by its content digest before its bytes are assembled: `load()` builds the proto
+    and is called only when a compile needs it, so a model-cache hit never pays for it (ONNXIFI's
+    weights, hashed where the host keeps them and copied only on a miss). `digest` must determine
+    everything `load()` returns."""
+
+    digest: str
+    load: Callable[[], ModelProto]
+
+
+ModelLike = bytes | bytearray | memoryview | str | os.PathLike | ModelProto | DeferredModel
 ShapeMap = Mapping[str, Sequence[int] | int]
 
 
 def read_model(model: ModelLike) -> tuple[ModelProto, str | None]:
     """Parse bytes, a path or a ModelProto; return the proto and the directory for external data."""
+    if isinstance(model, DeferredModel):
+        model = model.load()
     if isinstance(model, ModelProto):
         return model, None
     if isinstance(model, (str, os.PathLike)):

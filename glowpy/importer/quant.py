@@ -8,11 +8,15 @@ only, so without effect on the integer types glowpy produces), `block_size`, `ou
 
 The 4- and 2-bit integers (one per byte in the IR; ONNX's packed initializers are unpacked at import) go
 through the 8-bit op of their signedness: operands widened by Cast, results clipped to their range and
-narrowed. Quantization to or from float8 / float4 is refused with UnsupportedDatatype naming the type.
+narrowed. Quantization to or from float8 / float4 (per tensor or per axis) is composed of Div / Mul and
+Cast, whose float8 conversions are ONNX's (`saturate` included); their zero point is zero by the spec
+and not read (float4's is added, as onnx.reference does). float8e8m0 scales, blocked float8 and the
+float6 types are refused naming what.
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 
@@ -43,6 +47,7 @@ from glowpy.ir.types import (
 )
 
 _TP = onnx.TensorProto
+F4E2M1 = np.dtype(ml_dtypes.float4_e2m1fn)
 _NARROW = SUBBYTE_INT_TYPES  # quantized through int8 / uint8
 
 
@@ -75,7 +80,7 @@ def _quant_dtype(ctx: NodeContext, code: int, what: str, allowed: frozenset) -> 
 
 
 def _check_dtype(ctx: NodeContext, dtype: np.dtype, what: str, allowed: frozenset) -> None:
-    if dtype in LOWFLOAT_TYPES:
+    if dtype in LOWFLOAT_TYPES and dtype not in allowed:
         name = onnx_type_name(dtype_to_onnx(dtype))
         raise ctx.error(UnsupportedDatatype, f"{what}: quantization with {name} is not implemented",
                         expected=sorted(map(str, allowed)), found=name)
@@ -108,6 +113,38 @@ def _granularity_attrs(ctx: NodeContext, x: Value, scale: Value) -> dict:
     return {"axis": axis, "block_size": block}
 
 
+_FLOAT_Q = LOWFLOAT_TYPES - {np.dtype(ml_dtypes.float8_e8m0fnu)}  # the float formats Q / DQ convert to
+
+
+def _float_quantized(ctx: NodeContext, dtype: np.dtype | None) -> bool:
+    return dtype is not None and dtype in _FLOAT_Q
+
+
+def _broadcast_param(ctx: NodeContext, x: Value, p: Value, attrs: dict) -> Value:
+    """A per-tensor or per-axis parameter shaped to broadcast against x (float formats only)."""
+    if attrs["block_size"]:
+        raise ctx.unsupported("blocked quantization to or from a float format is not implemented",
+                              expected="block_size 0", found=attrs["block_size"])
+    if is_scalar(p.type):
+        return p if p.shape == () else ctx.emit1("Reshape", [p], {"shape": ()})
+    shape = tuple(p.shape[0] if i == attrs["axis"] else 1 for i in range(x.type.rank))
+    return ctx.emit1("Reshape", [p], {"shape": shape})
+
+
+def _cast(ctx: NodeContext, v: Value, dtype: np.dtype, **attrs) -> Value:
+    return v if v.dtype == dtype else ctx.emit1("Cast", [v], {"to": dtype, **attrs})
+
+
+def _quantize_float(ctx: NodeContext, x: Value, scale: Value, out: np.dtype, prec: np.dtype | None,
+                    attrs: dict) -> list[Value]:
+    """x / scale (in `precision`, else numpy's promotion) converted to the float format."""
+    t = prec if prec is not None else np.result_type(x.dtype, scale.dtype)
+    q = ctx.emit1("Div", [_cast(ctx, x, t), _cast(ctx, _broadcast_param(ctx, x, scale, attrs), t)])
+    if out == F4E2M1 and ctx.has_input(2):
+        q = ctx.emit1("Add", [q, _cast(ctx, _broadcast_param(ctx, x, ctx.input(2), attrs), t)])
+    return [ctx.emit1("Cast", [q], {"to": out, "saturate": bool(ctx.attr("saturate", 1))})]
+
+
 _Q_ATTRS = {"axis": INT, "saturate": BOOL_INT, "block_size": NON_NEGATIVE, "output_dtype": INT, "precision": INT}
 
 
@@ -117,7 +154,7 @@ def quantize_linear(ctx: NodeContext) -> list[Value]:
     x, scale = ctx.input(0), ctx.input(1)
     _check_dtype(ctx, scale.dtype, "y_scale", SCALE_TYPES)
     code = ctx.attr("output_dtype", 0)
-    out = _quant_dtype(ctx, code, "output_dtype", QUANT_TYPES | _NARROW) if code else None
+    out = _quant_dtype(ctx, code, "output_dtype", QUANT_TYPES | _NARROW | _FLOAT_Q) if code else None
     if ctx.has_input(2):
         zp_dtype = ctx.input(2).dtype
         if out is not None and zp_dtype != out:
@@ -125,12 +162,15 @@ def quantize_linear(ctx: NodeContext) -> list[Value]:
                                   found=str(out))
         out = zp_dtype
     out = np.dtype(np.uint8) if out is None else out
-    _check_dtype(ctx, out, "y_zero_point", QUANT_TYPES | _NARROW)
+    if not _float_quantized(ctx, out):
+        _check_dtype(ctx, out, "y_zero_point", QUANT_TYPES | _NARROW)
     precision = ctx.attr("precision", 0)
     prec = dtype_from_onnx(precision) if precision and is_supported_onnx_dtype(precision) else None
     if precision and prec not in SCALE_TYPES:
         raise ctx.unsupported("'precision' must name a float type glowpy has", expected="FLOAT or FLOAT16",
                               found=onnx_type_name(precision))
+    if _float_quantized(ctx, out):
+        return _quantize_float(ctx, x, scale, out, prec, _granularity_attrs(ctx, x, scale))
     attrs = {**_granularity_attrs(ctx, x, scale), "dtype": _wide(out) if out in _NARROW else out, "precision": prec}
     q = ctx.emit1("QuantizeLinear", [x, scale, _widened(ctx, _zero_point(ctx, 2, scale.shape, out))], attrs)
     if out not in _NARROW:
@@ -144,11 +184,15 @@ def quantize_linear(ctx: NodeContext) -> list[Value]:
 def dequantize_linear(ctx: NodeContext) -> list[Value]:
     _require_opset(ctx, {"axis": 13, "block_size": 21, "output_dtype": 23})
     x, scale = ctx.input(0), ctx.input(1)
-    _check_dtype(ctx, x.dtype, "x", DEQUANT_TYPES | _NARROW)
+    if not _float_quantized(ctx, x.dtype):
+        _check_dtype(ctx, x.dtype, "x", DEQUANT_TYPES | _NARROW)
     _check_dtype(ctx, scale.dtype, "x_scale", SCALE_TYPES)
     code = ctx.attr("output_dtype", 0)
     out = _quant_dtype(ctx, code, "output_dtype", SCALE_TYPES) if code else scale.dtype
     attrs = {**_granularity_attrs(ctx, x, scale), "dtype": out}
+    if _float_quantized(ctx, x.dtype):  # float32(x) * float32(scale), then the output type
+        s = _cast(ctx, _broadcast_param(ctx, x, scale, attrs), F32)
+        return [_cast(ctx, ctx.emit1("Mul", [_cast(ctx, x, F32), s]), out)]
     zp = _zero_point(ctx, 2, scale.shape, x.dtype)
     if zp.dtype != x.dtype:  # checked before both widen to one type
         raise ctx.error(MismatchingDatatype, "zero point type differs from the input", expected=str(x.dtype),

@@ -15,7 +15,7 @@ specializations apart: the input shapes and element types, and the bytes of the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from onnx import ModelProto, helper, numpy_helper
 
 from glowpy.errors import GlowpyError, MismatchingDatatype, MismatchingShape, UnsupportedShape
 from glowpy.importer.functions import MAX_DEPTH, find_function, instantiate, needs_types
-from glowpy.importer.table import TABLE, normalize_domain
+from glowpy.importer.table import TABLE, OnnxOp, normalize_domain
 from glowpy.importer.walk import ShapeMap, bind_dims, declared_type, fmt_dims, model_opsets
 
 # Elements: a graph input that decides shapes is a shape, axes, bounds or a count (rank <= 1 and at
@@ -109,32 +109,47 @@ def pending_reason(proto: ModelProto, shapes: ShapeMap | None = None) -> str:
     return f"inputs {shape_operands(proto)} decide shapes: the model compiles on first run for each of their values"
 
 
-def shape_operands(proto: ModelProto) -> list[str]:
-    """Graph inputs whose values decide shapes: those that reach an operand a row lists as specialized
-    through nodes that read values (not through Shape / Size), function bodies included, and that look
-    like an operand (rank <= 1, at most OPERAND_LIMIT elements). Model input order."""
-    nodes = _flat_nodes(proto)
+def inputs_reaching(nodes: Sequence[onnx.NodeProto], operands: Callable[[OnnxOp, onnx.NodeProto], Iterable[int]],
+                    available: set[str], stop_at: Iterable[str] = ()) -> set[str]:
+    """The names in `available` whose values reach an operand that `operands(row, node)` lists for a node,
+    backwards through the nodes that produce it (not through an op in `stop_at`)."""
     producer = {o: n for n in nodes for o in n.output if o}
-    fed = {i.name for i in graph_inputs(proto)}
-    found: set[str] = set()
-    seen: set[str] = set()
+    stop = set(stop_at)
     stack: list[str] = []
     for n in nodes:
         entry = TABLE.get((normalize_domain(n.domain), n.op_type))
-        if entry is None:
-            continue
-        stack.extend(n.input[k] for k in entry.specialized_inputs if k < len(n.input) and n.input[k])
+        if entry is not None:
+            stack.extend(n.input[k] for k in operands(entry, n) if k < len(n.input) and n.input[k])
+    found: set[str] = set()
+    seen: set[str] = set()
     while stack:
         name = stack.pop()
         if name in seen:
             continue
         seen.add(name)
-        if name in fed:
+        if name in available:
             found.add(name)
             continue
         node = producer.get(name)
-        if node is not None and node.op_type not in TYPE_ONLY_OPS:
+        if node is not None and node.op_type not in stop:
             stack.extend(x for x in node.input if x)
+    return found
+
+
+def _specialized(row: OnnxOp, node: onnx.NodeProto) -> tuple[int, ...]:
+    """The operands of `node` that decide shapes: the row's, and a Loop's M and cond when it has scan
+    outputs (they decide their length)."""
+    if node.op_type == "Loop" and len(node.output) > len(node.input) - 2:
+        return (*row.specialized_inputs, 0, 1)
+    return tuple(row.specialized_inputs)
+
+
+def shape_operands(proto: ModelProto) -> list[str]:
+    """Graph inputs whose values decide shapes: those that reach an operand a row lists as specialized
+    through nodes that read values (not through Shape / Size), function bodies included, and that look
+    like an operand (rank <= 1, at most OPERAND_LIMIT elements). Model input order."""
+    fed = {i.name for i in graph_inputs(proto)}
+    found = inputs_reaching(_flat_nodes(proto), _specialized, fed, TYPE_ONLY_OPS)
     return [i.name for i in graph_inputs(proto) if i.name in found and _operand_like(i)]
 
 
@@ -188,7 +203,8 @@ def specialize(proto: ModelProto, feeds: Mapping[str, np.ndarray], operands: Seq
     keep = [i for i in out.graph.input if i.name not in set(operands)]
     del out.graph.input[:]
     out.graph.input.extend(keep)
-    out.graph.initializer.extend(numpy_helper.from_array(np.ascontiguousarray(feeds[n]), n) for n in operands)
+    # np.array keeps a 0-d feed 0-d (ascontiguousarray would make it 1-d)
+    out.graph.initializer.extend(numpy_helper.from_array(np.array(feeds[n], order="C"), n) for n in operands)
     return out
 
 

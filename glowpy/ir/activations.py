@@ -121,6 +121,16 @@ activation(Activation("hard_swish", "HardSwish", lambda x, p: _hard_swish(x), on
                       doc="x * max(0, min(1, x / 6 + 0.5))"))
 
 
+def _swish(x: np.ndarray, alpha: float) -> np.ndarray:
+    with np.errstate(invalid="ignore"):  # -inf * 0 is NaN, as in ONNX's reference
+        return (x * _sigmoid(x * x.dtype.type(alpha))).astype(x.dtype)
+
+
+# SiLU is Swish with alpha 1 (exporters write it as Mul(x, Sigmoid(x)): optimizer/swish.py).
+activation(Activation("swish", "Swish", lambda x, p: _swish(x, p[0]), {"alpha": FROM_ONNX}, onnx="Swish",
+                      doc="x / (1 + exp(-alpha * x))"))
+
+
 def _elu(x: np.ndarray, alpha: float) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         return np.where(x > 0, x, alpha * np.expm1(x)).astype(x.dtype)

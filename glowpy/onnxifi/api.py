@@ -29,7 +29,7 @@ import platform
 import threading
 from collections.abc import Callable
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -37,6 +37,7 @@ import onnx
 from glowpy.compiled import SpecializingModel
 from glowpy.errors import (
     GlowpyError,
+    InternalError,
     InvalidDatatype,
     InvalidModel,
     InvalidName,
@@ -69,6 +70,9 @@ from glowpy.onnxifi.objects import (
     log,
     release_id,
 )
+
+if TYPE_CHECKING:
+    from glowpy.importer import DeferredModel
 
 MAX_RANK = 32  # guards against garbage `dimensions` fields (reading 4 billion dims would crash)
 MAX_PROPERTIES = 256  # property lists longer than this have no terminator: garbage
@@ -275,6 +279,7 @@ def onnxInitBackend(backendID: Any, auxPropertiesList: Any, backend: Any) -> Sta
         else:  # CUDA stream / OpenCL context included: a CPU backend has no use for them
             raise CallError(Status.UNSUPPORTED_PROPERTY, f"backend property {key} is not supported")
     obj = Backend(bid, optimization, log_level)
+    obj.executor()  # the compiler loads here, once per backend, so onnxInitGraph pays for its graph only
     BACKENDS.add(obj)
     M.write_pointer(out, obj.handle)
     return Status.SUCCESS
@@ -428,42 +433,76 @@ def _port(info: onnx.ValueInfoProto) -> Port:
     return Port(info.name, dtype, tuple(dims) if dims is not None else None)
 
 
-def _take_weights(proto: onnx.ModelProto, addr: int, count: int, backend: Backend) -> set[str]:
-    """Apply the one-source rule (module docstring); returns the weight names. Descriptor weights are
-    copied into `proto` as initializers, so nothing of the host's memory is kept."""
-    g = proto.graph
-    real = [t for t in g.initializer if not is_placeholder(t)]
-    placeholders = {t.name: t for t in g.initializer if is_placeholder(t)}
-    if real:
-        if count:
-            backend.log(C.LOG_LEVEL_WARNING, f"model carries {len(real)} initializer(s): using them, ignoring "
-                        f"{count} weight descriptor(s) (weights never come from both)")
-        given: dict[str, onnx.TensorProto] = {}
-    else:
-        declared = {i.name: i for i in g.input}
-        allowed = set(declared) | set(placeholders)
-        given = {}
-        for d in read_descriptors(addr, count, "weight", allowed):
-            if d.name in declared:
-                p = _port(declared[d.name])
-                _check_declared(d, p.dtype, p.dims, "weight")
-            else:
-                ph = placeholders[d.name]
-                _check_declared(d, C.NUMPY_DTYPES.get(ph.data_type) if ph.data_type else None,
-                                tuple(ph.dims) if len(ph.dims) else None, "weight")
-            t = onnx.TensorProto(name=d.name, data_type=d.code, dims=list(d.shape))
-            t.raw_data = M.read_bytes(d.buffer, d.nbytes)  # the copy: the host may free it on return
-            given[d.name] = t
-    missing = [n for n in placeholders if n not in given]
-    if missing:
-        msg = f"weight(s) declared by the model but given by nobody: {', '.join(missing)}"
-        backend.log(C.LOG_LEVEL_ERROR, msg)
-        raise UnidentifiedName(msg, expected=missing, found=sorted(given))
-    if placeholders or given:
-        keep = [t for t in g.initializer if not is_placeholder(t)]
-        del g.initializer[:]
-        g.initializer.extend(keep + list(given.values()))
-    return {t.name for t in g.initializer}
+class HostWeights:
+    """The weights of one onnxInitGraph under the one-source rule (module docstring). Descriptor
+    weights are read where the host keeps them, which is valid only until InitGraph returns: they are
+    hashed in place for the model-cache key, and copied into the model as initializers only when a
+    compile needs them (`model()` on a cache miss, or `copy()`), so nothing of the host's memory is kept."""
+
+    def __init__(self, proto: onnx.ModelProto, addr: int, count: int, backend: Backend) -> None:
+        g = proto.graph
+        real = [t for t in g.initializer if not is_placeholder(t)]
+        placeholders = {t.name: t for t in g.initializer if is_placeholder(t)}
+        self.proto = proto
+        self.given: list[Descriptor] = []
+        if real:
+            if count:
+                backend.log(C.LOG_LEVEL_WARNING, f"model carries {len(real)} initializer(s): using them, ignoring "
+                            f"{count} weight descriptor(s) (weights never come from both)")
+        else:
+            declared = {i.name: i for i in g.input}
+            for d in read_descriptors(addr, count, "weight", set(declared) | set(placeholders)):
+                if d.name in declared:
+                    p = _port(declared[d.name])
+                    _check_declared(d, p.dtype, p.dims, "weight")
+                else:
+                    ph = placeholders[d.name]
+                    _check_declared(d, C.NUMPY_DTYPES.get(ph.data_type) if ph.data_type else None,
+                                    tuple(ph.dims) if len(ph.dims) else None, "weight")
+                self.given.append(d)
+        missing = [n for n in placeholders if n not in {d.name for d in self.given}]
+        if missing:
+            msg = f"weight(s) declared by the model but given by nobody: {', '.join(missing)}"
+            backend.log(C.LOG_LEVEL_ERROR, msg)
+            raise UnidentifiedName(msg, expected=missing, found=sorted(d.name for d in self.given))
+        if placeholders:
+            keep = [t for t in g.initializer if not is_placeholder(t)]
+            del g.initializer[:]
+            g.initializer.extend(keep)
+        self.names = {t.name for t in g.initializer} | {d.name for d in self.given}
+        self._open = bool(self.given)  # host buffers not yet copied
+        self._gone = False  # closed before they were copied
+
+    def model(self) -> onnx.ModelProto | DeferredModel:
+        """What the compile gets: the proto itself once nothing is pending, else a DeferredModel."""
+        if not self._open:
+            return self.copy()
+        from glowpy.importer import DeferredModel
+        from glowpy.importer.digest import content_digest
+
+        parts: list[bytes | memoryview] = [b"onnxifi-model", self.proto.SerializeToString()]
+        for d in self.given:
+            parts += [f"{d.name}\0{d.code}\0{d.shape}".encode(), M.view_bytes(d.buffer, d.nbytes)]
+        # hashed in place: the host's buffers are read, not copied
+        return DeferredModel(content_digest(*parts), self.copy)
+
+    def copy(self) -> onnx.ModelProto:
+        """Copy the descriptor weights into the proto (once); afterwards the host may free them."""
+        if self._gone:
+            raise InternalError("the host's weights were needed after onnxInitGraph returned",
+                                expected="a compile during onnxInitGraph", found="a compile after it")
+        if self._open:
+            init = self.proto.graph.initializer
+            for d in self.given:
+                t = init.add(name=d.name, data_type=d.code, dims=list(d.shape))
+                t.raw_data = M.read_bytes(d.buffer, d.nbytes)
+            self._open = False
+        return self.proto
+
+    def close(self) -> None:
+        """InitGraph returns: the host's buffers are no longer ours to read."""
+        self._gone = self._open
+        self._open = False
 
 
 class _Dispatch:
@@ -480,13 +519,13 @@ class _Dispatch:
         return [out[n] for n in self.model.output_names]
 
 
-def _make_compiler(backend: Backend, proto: onnx.ModelProto, inputs: list[Port],
+def _make_compiler(backend: Backend, weights: HostWeights, inputs: list[Port],
                    outputs: list[Port]) -> Callable[[dict[str, tuple[int, ...]] | None], Compiled]:
     def compile_for(shapes: dict[str, tuple[int, ...]] | None) -> Compiled:
         from glowpy.pipeline import compile_model
 
         executor, _ = backend.executor()
-        model = compile_model(proto, executor, shapes)  # the pipeline glowpy.compile runs
+        model = compile_model(weights.model(), executor, shapes)  # the pipeline glowpy.compile runs
         if isinstance(model, SpecializingModel):
             # Shape-deciding operands are run-time inputs: their values come with RunGraph (the
             # pipeline's check has refused what no value could make work).
@@ -524,8 +563,8 @@ def onnxInitGraph(backend: Any, auxPropertiesList: Any, onnxModelSize: int, onnx
 
     proto = parse_model_bytes(M.read_bytes(model_addr, int(onnxModelSize)))  # the model bytes die on return
     model_opsets(proto)
-    weights = _take_weights(proto, weights_addr, int(weightsCount), be)
-    inputs = [_port(i) for i in proto.graph.input if i.name not in weights]
+    weights = HostWeights(proto, weights_addr, int(weightsCount), be)
+    inputs = [_port(i) for i in proto.graph.input if i.name not in weights.names]
     outputs = [_port(o) for o in proto.graph.output]
     if not outputs:
         raise InvalidModel("the model has no outputs")
@@ -535,13 +574,17 @@ def onnxInitGraph(backend: Any, auxPropertiesList: Any, onnxModelSize: int, onnx
     for p in inputs:
         if p.dtype is None:
             raise UnsupportedDatatype(f"graph input '{p.name}' declares no element type")
-    g = Graph(be, proto, inputs, outputs, _make_compiler(be, proto, inputs, outputs))
+    g = Graph(be, proto, inputs, outputs, _make_compiler(be, weights, inputs, outputs))
     _, emulated = be.executor()
-    if g.is_static:
-        g.precompile()
-    else:  # symbolic dims: compiled per binding at SetGraphIO; check the ops now
-        _gate_nodes_of(proto)
-    be.log(C.LOG_LEVEL_DEBUG, f"graph: {len(inputs)} input(s), {len(outputs)} output(s), {len(weights)} weight(s)"
+    try:
+        if g.is_static:
+            g.precompile()  # a model-cache hit never copies the host's weights
+        else:  # symbolic dims: compiled per binding at SetGraphIO; check the ops now
+            weights.copy()
+            _gate_nodes_of(proto)
+    finally:
+        weights.close()
+    be.log(C.LOG_LEVEL_DEBUG, f"graph: {len(inputs)} input(s), {len(outputs)} output(s), {len(weights.names)} weight(s)"
            + ("" if g.is_static else ", symbolic dims"))
     GRAPHS.add(g)
     M.write_pointer(out, g.handle)
@@ -645,6 +688,8 @@ def onnxRunGraph(graph: Any, inputFence: Any, outputFence: Any) -> Status:  # no
 def onnxReleaseGraph(graph: Any) -> Status:  # noqa: N802
     g = GRAPHS.pop(M.handle(graph))
     g.close()  # blocks until the runs in flight finish
+    # An embedding host may exit without finalizing Python, which would drop a cache write in flight.
+    g.backend.executor()[0].flush_compiled()
     return Status.SUCCESS
 
 

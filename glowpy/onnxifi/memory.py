@@ -73,6 +73,11 @@ def read_bytes(addr: int, n: int) -> bytes:
     return ctypes.string_at(addr, n)
 
 
+def view_bytes(addr: int, n: int) -> memoryview:
+    """The n bytes at addr, in place (no copy): valid only while their owner keeps them."""
+    return memoryview((ctypes.c_char * n).from_address(addr)).cast("B") if n else memoryview(b"")
+
+
 def write_bytes(addr: int, data: bytes) -> None:
     ctypes.memmove(addr, data, len(data))
 

@@ -113,6 +113,7 @@ class Backend:
         interpreter stands in for it."""
         with self._lock:
             if self._executor is None:
+                import glowpy.pipeline  # noqa: F401  (what every compile runs: load it with the backend)
                 from glowpy.backends import get_backend
 
                 try:
@@ -270,6 +271,9 @@ class Graph:
             self._queue.put(_STOP)
             self._worker.join()
             self._worker = None
+        for compiled in self._compiled.values():  # the executables' threads end before ReleaseGraph returns
+            if compiled.model is not None:
+                compiled.model.close()
 
     def _work(self) -> None:
         while True:

@@ -9,6 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from glowpy.ir.graph import Graph
+from glowpy.optimizer.attention import (
+    fuse_gelu,
+    matmul_nd_add_to_fully_connected,
+    sink_reshape_below_activation,
+)
 from glowpy.optimizer.control import inline_known_branches
 from glowpy.optimizer.fold import (
     fold_batchnorm,
@@ -44,9 +49,24 @@ from glowpy.optimizer.simplify import (
     merge_constants,
     remove_noops,
 )
+from glowpy.optimizer.squeeze_excite import fuse_squeeze_excite
+from glowpy.optimizer.swish import fuse_swish
 
 if TYPE_CHECKING:
     from glowpy.backends.base import Backend
+
+def optimize_loop_bodies(graph: Graph, backend: Backend | None = None) -> bool:
+    """The body of each Loop the backend keeps as a loop (`should_lower` false) through this pipeline,
+    for that backend: its If nodes become selects, its fusable ops fuse, as in the enclosing graph."""
+    if backend is None:
+        return False
+    changed = False
+    for node in graph.nodes:
+        if node.op == "Loop" and not backend.should_lower(node):
+            node.attrs = {**node.attrs, "body": optimize(node.attrs["body"], backend)}
+            changed = True
+    return changed
+
 
 SIMPLIFY = (
     Pass("eliminate_dead_code", eliminate_dead_code),
@@ -79,13 +99,19 @@ PIPELINE: tuple[Stage, ...] = (
         Pass("gemm_to_fully_connected", gemm_to_fully_connected, uses_backend=True),
     ), fixed_point=True),
     # Decompose what the backend does not implement (Backend.should_lower), then tidy up after it.
-    Stage("lower", (Pass("lower_nodes", lower_nodes, uses_backend=True),)),
+    Stage("lower", (Pass("lower_nodes", lower_nodes, uses_backend=True),
+                    Pass("optimize_loop_bodies", optimize_loop_bodies, uses_backend=True))),
     Stage("resimplify", SIMPLIFY, fixed_point=True),
     # Fewer, fatter nodes: epilogues the backend emits inside the producing loop.
     Stage("fuse", (
+        Pass("fuse_gelu", fuse_gelu, uses_backend=True),
         Pass("matmul_add_to_fully_connected", matmul_add_to_fully_connected, uses_backend=True),
+        Pass("matmul_nd_add_to_fully_connected", matmul_nd_add_to_fully_connected, uses_backend=True),
+        Pass("sink_reshape_below_activation", sink_reshape_below_activation),
         Pass("fuse_residual_add", fuse_residual_add, uses_backend=True),
+        Pass("fuse_swish", fuse_swish, uses_backend=True),
         Pass("fuse_activation", fuse_activation, uses_backend=True),
+        Pass("fuse_squeeze_excite", fuse_squeeze_excite, uses_backend=True),
     ), fixed_point=True),
     # Weights with equal data are stored once (only now: sharing them earlier would make equal
     # convolutions one node with several users, which then could not absorb their normalizations).

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from glowpy.ir.graph import Graph, Node, Value
-from glowpy.ir.ops.control import CONTROL_OPS, loop_counts, scan_counts
+from glowpy.ir.ops.control import CONTROL_OPS, loop_counts, scan_counts, static_iterations, unroll_refusal
 from glowpy.optimizer.lower import Builder, lowering
 from glowpy.optimizer.rewrite import add_weight, replace_node, root_name
 
@@ -31,7 +31,7 @@ def inline_body(graph: Graph, at: Node, body: Graph, args: Sequence[Value], pref
         copy = graph.add_node(n.op, [env[id(x)] for x in n.inputs], dict(n.attrs),
                               name=f"{prefix}.{root_name(n.name)}", before=at)
         outs = copy.outputs
-        if expand and copy.op in CONTROL_OPS:
+        if expand and copy.op in CONTROL_OPS and unroll_refusal(copy) is None:
             outs = EXPANSIONS[copy.op](Builder(graph, copy), copy)
             replace_node(graph, copy, outs, adopt_names=True)
         for a, b in zip(n.outputs, outs):
@@ -103,9 +103,8 @@ def expand_loop(b: Builder, node: Node) -> list[Value]:
     n, _ = loop_counts(node.attrs)
     m, cond, rest = node.inputs[0], node.inputs[1], node.inputs[2:]
     carried, captures = list(rest[:n]), list(rest[n:])
-    trips = node.attrs["trip_count"]
-    static = trips >= 0
-    steps = trips if static else int(np.asarray(m.data).reshape(-1)[0])
+    static = static_iterations(node) is not None
+    steps = int(np.asarray(m.data).reshape(-1)[0])
     active = _scalar(b, cond)
     scans: list[list[Value]] = []
     false = add_weight(g, f"{name}.false", np.array(False))

@@ -192,17 +192,25 @@ def fold_qdq_data_movement(graph: Graph, backend: Backend | None = None) -> bool
     return changed
 
 
+def _relu_saturates(q: Node) -> bool:
+    """Whether a Relu before `q` is a no-op: its zero point is its type's minimum, so every negative
+    value saturates to quantize(0) anyway (onnxruntime drops such a Relu, then fuses what precedes it)."""
+    zp = q.inputs[2]
+    return bool(zp.data.reshape(()) == np.iinfo(zp.dtype).min)
+
+
 def rewrite_qdq_add(graph: Graph, backend: Backend | None = None) -> bool:
-    """QuantizeLinear(Add(DequantizeLinear(a), DequantizeLinear(b))), all per tensor and 8-bit ->
-    QLinearAdd(a, ..., b, ...) (onnxruntime's int8 arithmetic for it). With a Relu before the
-    QuantizeLinear it stays float, as onnxruntime runs it."""
+    """QuantizeLinear([Relu](Add(DequantizeLinear(a), DequantizeLinear(b)))), all per tensor and 8-bit ->
+    QLinearAdd(a, ..., b, ...) (onnxruntime's int8 arithmetic for it). The Relu only where its output's
+    zero point is the type's minimum (then it is a no-op); with another Relu the Add stays float, as
+    onnxruntime runs it."""
     changed = False
     for add in list(graph.nodes):
         if add.op != "Add":
             continue
         dqs = [_per_tensor_dq(v) for v in add.inputs]
         found = _quantize_of(graph, add.outputs[0])
-        if None in dqs or found is None or found[1]:
+        if None in dqs or found is None or (found[1] and not _relu_saturates(found[0])):
             continue
         q = found[0]
         name = add.name

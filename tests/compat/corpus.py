@@ -34,7 +34,7 @@ from onnx import helper, numpy_helper, shape_inference
 import glowpy
 from glowpy.errors import GlowpyError, InternalError, Status
 from glowpy.importer.compat import CompatReport, NodeVerdict
-from glowpy.importer.table import TABLE, normalize_domain
+from glowpy.importer.specialize import inputs_reaching
 from glowpy.models import LIGHT_MODELS, light_model_path
 
 OK = (Status.SUCCESS, Status.FALLBACK)
@@ -122,23 +122,7 @@ def disagreements(outcomes: list[Outcome]) -> tuple[list[Outcome], list[Outcome]
 
 def _const_operand_inputs(graph: onnx.GraphProto, available: set[str]) -> set[str]:
     """Graph inputs that compile-time operands (table const_inputs) depend on, transitively."""
-    producer = {o: n for n in graph.node for o in n.output if o}
-    stack = []
-    for n in graph.node:
-        entry = TABLE.get((normalize_domain(n.domain), n.op_type))
-        if entry is not None:
-            stack += [n.input[k] for k in entry.const_inputs if k < len(n.input) and n.input[k]]
-    found, seen = set(), set()
-    while stack:
-        x = stack.pop()
-        if x in seen:
-            continue
-        seen.add(x)
-        if x in available:
-            found.add(x)
-        elif x in producer:
-            stack += [i for i in producer[x].input if i]
-    return found
+    return inputs_reaching(graph.node, lambda row, _node: row.const_inputs, available)
 
 
 def _with_weights(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[onnx.ModelProto, dict]:

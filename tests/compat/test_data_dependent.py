@@ -98,3 +98,25 @@ def test_a_shape_operand_computed_from_data_is_refused_by_both_paths():
     compiled = glowpy.compile(operand, backend="interpreter")
     d = np.arange(12, dtype=np.float32).reshape(2, 6)
     np.testing.assert_array_equal(compiled.run({"D": d, "S": np.array([-3, 4], np.int64)})["Y"], d.reshape(3, 4))
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_a_scalar_shape_operand_fed_at_run_time_stays_a_scalar(backend):
+    """The detector's pattern after a host node: Gather(Shape(x), i) with i a scalar graph input, then
+    Unsqueeze and Concat into a Reshape target. The operand specializes as a 0-d weight (a 1-d one would
+    make the Gather 1-d and the Concat refuse its [1, 1] operand)."""
+    n = helper.make_node
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array([-1], np.int64), "rest")]
+    nodes = [n("Shape", ["X"], ["s"]), n("Gather", ["s", "i"], ["d"], axis=0), n("Unsqueeze", ["d", "axes"], ["u"]),
+             n("Concat", ["u", "rest"], ["target"], axis=0), n("Reshape", ["X", "target"], ["Y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", F, ["n", 2, 3]),
+                                       helper.make_tensor_value_info("i", I64, [])],
+                          [helper.make_tensor_value_info("Y", F, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    assert glowpy.check(model, backend=backend).status == Status.SUCCESS
+    compiled = glowpy.compile(model, backend=backend)
+    x = np.arange(24, dtype=np.float32).reshape(4, 2, 3)
+    for i, shape in ((0, (4, 6)), (2, (3, 8))):
+        got = compiled.run({"X": x, "i": np.array(i, np.int64)})["Y"]
+        np.testing.assert_array_equal(got, x.reshape(shape))

@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import glowpy
 from glowpy.errors import Status
+from glowpy.importer.walk import reads
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -30,10 +31,15 @@ def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, n
 
 
 def host_node_model(model: onnx.ModelProto, node: onnx.NodeProto, env: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """`node` alone as a model: what it reads (its inputs and the outer values its bodies capture) as
+    inputs when computed, as initializers when they are the model's."""
+    weights = {t.name: t for t in model.graph.initializer}
+    names = list(dict.fromkeys(x for x in reads(node) if x and (x in env or x in weights)))
     ins = [helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(env[x].dtype), env[x].shape)
-           for x in node.input if x]
+           for x in names if x in env]
     outs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
-    return helper.make_model(helper.make_graph([node], "host", ins, outs), opset_imports=list(model.opset_import))
+    graph = helper.make_graph([node], "host", ins, outs, [weights[x] for x in names if x not in env])
+    return helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
 
 
 def run_stitched(model: onnx.ModelProto, feeds: dict[str, np.ndarray], backend: str = "interpreter"

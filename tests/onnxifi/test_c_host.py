@@ -15,9 +15,8 @@ from onnx import helper, numpy_helper
 
 from glowpy.onnxifi.build import INCLUDE_DIR
 
+from .chost import build_host, write_case
 from .conftest import model, vi
-
-HERE = Path(__file__).resolve().parent
 
 
 def _cpu_landed() -> bool:
@@ -40,10 +39,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cc = shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler (cc) on this machine")
-    exe = tmp_path_factory.mktemp("onnxifi-host") / "host"
-    subprocess.run([cc, "-O1", "-Wall", "-Werror", "-Wno-unused-result", "-I", str(INCLUDE_DIR),
-                    str(HERE / "host.c"), "-o", str(exe), "-ldl", "-lpthread", "-lm"], check=True)
-    return exe
+    return build_host(tmp_path_factory.mktemp("onnxifi-host"))
 
 
 def run_host(host: Path, lib: Path, script: str, tmp: Path, timeout: int = 300) -> str:
@@ -57,43 +53,6 @@ def run_host(host: Path, lib: Path, script: str, tmp: Path, timeout: int = 300) 
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert " 0 failed" in proc.stdout.splitlines()[-1]
     return proc.stdout
-
-
-def _dtype_code(a: np.ndarray) -> int:
-    return helper.np_dtype_to_tensor_dtype(a.dtype)
-
-
-def write_case(tmp: Path, proto: onnx.ModelProto, inputs: dict[str, np.ndarray], expected: list[np.ndarray],
-               tag: str) -> str:
-    """Split the model's initializers into a weight blob (the host passes them as descriptors), write
-    the weight-free model, the inputs and the expected outputs; return the script lines."""
-    weights = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
-    stripped = onnx.ModelProto()
-    stripped.CopyFrom(proto)
-    del stripped.graph.initializer[:]
-    declared = {i.name for i in stripped.graph.input}
-    for name, a in weights.items():
-        if name not in declared:
-            stripped.graph.input.append(helper.make_tensor_value_info(name, _dtype_code(a), list(a.shape)))
-    (tmp / f"{tag}.onnx").write_bytes(stripped.SerializeToString())
-    lines = [f"model {tmp / f'{tag}.onnx'}"]
-    offset = 0
-    with open(tmp / f"{tag}.weights", "wb") as blob:
-        for name, a in weights.items():
-            a = np.ascontiguousarray(a)
-            blob.write(a.tobytes())
-            dims = " ".join(str(d) for d in a.shape)
-            lines.append(f"weight {name} {_dtype_code(a)} {a.ndim} {dims} {tmp / f'{tag}.weights'} {offset}")
-            offset += a.nbytes
-    for i, (name, a) in enumerate(inputs.items()):
-        f = tmp / f"{tag}.in{i}"
-        f.write_bytes(np.ascontiguousarray(a).tobytes())
-        lines.append(f"input {name} {_dtype_code(a)} {a.ndim} {' '.join(map(str, a.shape))} {f}")
-    for i, (info, a) in enumerate(zip(proto.graph.output, expected)):
-        f = tmp / f"{tag}.out{i}"
-        f.write_bytes(np.ascontiguousarray(a, np.float32).tobytes())
-        lines.append(f"output {info.name} {_dtype_code(a)} {a.ndim} {' '.join(map(str, a.shape))} {f}")
-    return "\n".join(lines) + "\n"
 
 
 def onnxruntime_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:

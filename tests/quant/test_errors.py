@@ -52,8 +52,8 @@ def test_quantize_output_dtype_disagrees_with_zero_point():
                  attrs={"output_dtype": TensorProto.INT8}, mentions=["'output_dtype'", "uint8", "int8"])
 
 
-@pytest.mark.parametrize("code,name", [(TensorProto.FLOAT8E4M3FN, "FLOAT8E4M3FN"), (TensorProto.FLOAT4E2M1,
-                                       "FLOAT4E2M1"), (TensorProto.INT32, "int32")])
+@pytest.mark.parametrize("code,name", [(TensorProto.FLOAT8E8M0, "FLOAT8E8M0"), (TensorProto.FLOAT6E2M3,
+                                       "FLOAT6E2M3"), (TensorProto.INT32, "int32")])
 def test_quantize_unrepresented_output_types(code, name):
     expect_error(UnsupportedDatatype, "QuantizeLinear", [randn(2, 4), S], opset=21,
                  attrs={"output_dtype": code}, mentions=["output_dtype", name])

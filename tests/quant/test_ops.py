@@ -1,7 +1,7 @@
 """The quantization ops on the interpreter, bit-exact against onnx.reference.ReferenceEvaluator: every
 granularity (per tensor, per axis, blocked), every integer type ONNX allows at each opset where the op
-changed, ties (round half to even) and saturation. The cpu backend has no int8 kernels yet: it refuses
-these ops cleanly (last test).
+changed, ties (round half to even) and saturation. The cpu kernels of the (de)quantization ops are
+tested in tests/backends/cpu/test_quant_kernels.py.
 
 Where the reference evaluator is wrong, the test says how and checks glowpy against an equivalent
 model the reference gets right.
@@ -15,7 +15,6 @@ from onnx import TensorProto
 
 import glowpy
 import glowpy.importer.quant  # noqa: F401  (the quantization rows of the op table)
-from glowpy.errors import UnsupportedOperator
 from tests.ops.util import Const, check, node_model, randn
 
 I8, U8, I16, U16, I32 = np.int8, np.uint8, np.int16, np.uint16, np.int32
@@ -325,15 +324,6 @@ def test_qlinear_matmul_per_row_a():
     model, feeds = node_model("QLinearMatMul", operands(a_s, a_z), opset=10)
     got = glowpy.compile(model, backend=INTERP).run(feeds)
     np.testing.assert_array_equal(got["out0"], want["out0"])
-
-
-# --- what the cpu backend does with them today -------------------------------------------------------
-
-
-def test_cpu_backend_refuses_quantization_ops_cleanly():
-    model, _ = node_model("QuantizeLinear", [randn(2, 3), Const(np.float32(0.1)), Const(np.uint8(3))], opset=13)
-    with pytest.raises(UnsupportedOperator, match="QuantizeLinear"):
-        glowpy.compile(model, backend="cpu")
 
 
 @pytest.mark.parametrize("op", ["QuantizeLinear", "DequantizeLinear"])

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(any(shutil.which(t) is None for t in ("cc", "mak
 
 
 def _convnet(path: Path) -> Path:
-    """x(2,3,12,12) -> Conv 16 3x3 -> Relu (output 'features') -> GlobalAveragePool -> Flatten -> Gemm 10
+    """x(2,3,36,36) -> Conv 16 3x3 -> Relu (output 'features') -> GlobalAveragePool -> Flatten -> Gemm 10
     + b (a second input): two inputs, two outputs, random weights."""
     rng = np.random.default_rng(7)
     inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.3, n)
@@ -36,10 +36,10 @@ def _convnet(path: Path) -> Path:
              helper.make_node("Gemm", ["flat", "g", "b"], ["logits"], transB=1)]
     graph = helper.make_graph(
         nodes, "convnet",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 12, 12]),
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 36, 36]),
          helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 10])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 10]),
-         helper.make_tensor_value_info("features", TensorProto.FLOAT, [2, 16, 12, 12])], inits)
+         helper.make_tensor_value_info("features", TensorProto.FLOAT, [2, 16, 36, 36])], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
     return path
 
@@ -61,15 +61,15 @@ def test_bundle_matches_compile_from_files_and_pattern(tmp_path: Path) -> None:
     out = tmp_path / "bundle"
     b = write_bundle(str(model), out, threads=2)
     assert b.name == "convnet" and b.threads == 2
-    assert b.inputs == [("x", "float32", (2, 3, 12, 12)), ("b", "float32", (2, 10))]
-    assert b.outputs == [("logits", "float32", (2, 10)), ("features", "float32", (2, 16, 12, 12))]
+    assert b.inputs == [("x", "float32", (2, 3, 36, 36)), ("b", "float32", (2, 10))]
+    assert b.outputs == [("logits", "float32", (2, 10)), ("features", "float32", (2, 16, 36, 36))]
     header = (out / "convnet.h").read_text()
     assert "void convnet_entry(void **weights, void *arena, void **inputs, void **outputs);" in header
-    assert "[0] x: float32 [2, 3, 12, 12]" in header and "[1] features: float32 [2, 16, 12, 12]" in header
+    assert "[0] x: float32 [2, 3, 36, 36]" in header and "[1] features: float32 [2, 16, 36, 36]" in header
     compiled = glowpy.compile(str(model), threads=2)
 
     rng = np.random.default_rng(3)
-    feeds = {"x": rng.standard_normal((2, 3, 12, 12)).astype(np.float32),
+    feeds = {"x": rng.standard_normal((2, 3, 36, 36)).astype(np.float32),
              "b": rng.standard_normal((2, 10)).astype(np.float32)}
     for k, arr in enumerate(feeds.values()):
         arr.tofile(tmp_path / f"in{k}.bin")
@@ -133,7 +133,7 @@ def test_bundle_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = _convnet(tmp_path / "convnet.onnx")
     assert main(["bundle", str(model), "-o", str(tmp_path / "out"), "--name", "cnn"]) == 0
     out = capsys.readouterr().out
-    assert "bundle    cnn: 1 thread" in out and "input     x: float32 [2, 3, 12, 12]" in out
+    assert "bundle    cnn: 1 thread" in out and "input     x: float32 [2, 3, 36, 36]" in out
     assert sorted(os.listdir(tmp_path / "out")) == ["Makefile", "cnn.c", "cnn.h", "cnn.weights", "cnn_model.o",
                                                     "main.c"]
     assert main(["bundle", str(model), "-o", str(tmp_path / "out"), "--name", "9lives"]) == 2
@@ -150,3 +150,52 @@ def test_pattern_has_no_rule_for_half() -> None:
     assert pattern(np.int64, (5,), 1).tolist() == [8, 2, 8, 3, 8]
     assert pattern(np.bool_, (5,), 2).tolist() == [True, True, False, True, True]
     assert pattern(np.float32, (1000,)).min() >= -1 and pattern(np.float32, (1000,)).max() < 1
+
+
+# A bundle's thread pool from C: started by the first run on a model's arena, joined by NAME_free.
+DRIVER = r"""
+#include "convnet.h"
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int os_threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+int main(int argc, char **argv) {
+    void *in[CONVNET_NUM_INPUTS], *out[CONVNET_NUM_OUTPUTS];
+    for (int k = 0; k < CONVNET_NUM_INPUTS; k++) in[k] = calloc(1, convnet_inputs[k].nbytes);
+    for (int j = 0; j < CONVNET_NUM_OUTPUTS; j++) out[j] = calloc(1, convnet_outputs[j].nbytes);
+    int before = os_threads(), during = 0;
+    for (int c = 0; c < 40; c++) {
+        convnet_model *m = convnet_load(argv[1]);
+        if (!m) return 2;
+        for (int r = 0; r < 3; r++) convnet_run(m, (const void *const *)in, out);
+        int t = os_threads();
+        if (t > during) during = t;
+        convnet_free(m);
+    }
+    printf("%d %d %d\n", before, during, os_threads());
+    return 0;
+}
+"""
+
+
+def test_bundle_free_joins_the_pool(tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    b = write_bundle(str(_convnet(tmp_path / "convnet.onnx")), out, threads=3)
+    assert b.threads == 3
+    assert "void convnet_release(void *arena);" in (out / "convnet.h").read_text()
+    subprocess.run(["make", "-C", str(out), "libconvnet.a"], check=True, capture_output=True, timeout=120)
+    (tmp_path / "driver.c").write_text(DRIVER)
+    exe = tmp_path / "driver"
+    subprocess.run(["cc", "-O2", "-std=c11", "-I", str(out), "-o", str(exe), str(tmp_path / "driver.c"),
+                    str(out / "libconvnet.a"), "-lpthread", "-lm"], check=True, capture_output=True, timeout=120)
+    proc = subprocess.run([str(exe), str(out / "convnet.weights")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "3", "1"], "one thread, then the caller and two pool threads, then one"

@@ -26,6 +26,7 @@ import gc
 import os
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -39,6 +40,7 @@ from glowpy.backends.cpu import codegen, parallel
 from glowpy.backends.cpu.activations import EMITTERS
 from glowpy.backends.cpu.cache import ObjectCache, cache_key, graph_signature
 from glowpy.backends.cpu.irutil import supported_dtype
+from glowpy.backends.cpu.loops import check_loop
 from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, KERNELS
 from glowpy.backends.cpu.model_cache import FORMAT as MODEL_FORMAT
 from glowpy.backends.cpu.model_cache import (
@@ -51,6 +53,7 @@ from glowpy.backends.cpu.model_cache import (
 )
 from glowpy.backends.cpu.model_cache import flush as flush_model_writes
 from glowpy.backends.cpu.target import HostTarget, host_target, isa_available, new_machine
+from glowpy.backends.cpu.threads import RELEASE
 from glowpy.errors import (
     InternalError,
     InvalidDatatype,
@@ -61,7 +64,7 @@ from glowpy.errors import (
     UnsupportedDatatype,
     UnsupportedOperator,
 )
-from glowpy.ir.graph import Graph, Node
+from glowpy.ir.graph import Graph, Node, Value
 from glowpy.ir.ops import OPS
 from glowpy.ir.ops.control import CONTROL_OPS, unroll_refusal
 from glowpy.ir.types import BFLOAT16
@@ -70,6 +73,7 @@ OPTIONS = ("threads", "cache", "fast_kernels", "profile", "release_weights", "is
 MAX_THREADS = 256
 # Outputs come from np.empty (16-byte aligned at least); kernels assume element alignment only.
 _ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_RELEASE_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 # Every op with a kernel: the selection table, the elementwise groups' ops, the aliases.
@@ -191,6 +195,9 @@ class CpuExecutable(Executable):
         if not address:
             raise InternalError("the compiled object has no entry function", expected=codegen.ENTRY)
         self._entry = _ENTRY_TYPE(address)
+        release = engine.get_function_address(RELEASE)
+        if not release:
+            raise InternalError("the compiled object has no pool release function", expected=RELEASE)
         # The weights table points at the arrays where they are (graph constants, packed arrays, or
         # the cache entry's mapped file): nothing is copied, so the process holds each weight once.
         self._weight_arrays = list(layout.weights)
@@ -199,6 +206,8 @@ class CpuExecutable(Executable):
         self._arena = _aligned_zeros(layout.arena_size)
         self._in_types = [(v.dtype, v.shape) for v in graph.inputs]
         self._out_types = [(v.dtype, v.shape) for v in graph.outputs]
+        # fresh np.empty outputs of a built-in type are writable buffers: their address needs no checks
+        self._out_buffer = [np.dtype(d).isbuiltin == 1 and 0 not in s for d, s in self._out_types]
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self._in_types)))()
         self._out_ptrs = (ctypes.c_void_p * max(1, len(self._out_types)))()
         self._lock = threading.Lock()  # one arena: runs of one executable take turns
@@ -208,6 +217,16 @@ class CpuExecutable(Executable):
         self._profile_layout = layout.profile_layout
         self._profile_steps = list(layout.profile_steps)
         self._last_wall = 0.0
+        # The pool's threads run this engine's code in this arena: they are joined before either goes
+        # (a finalizer, not __del__: it holds both, so a garbage cycle cannot free them first).
+        self._release = _RELEASE_TYPE(release)
+        self._finalizer = weakref.finalize(self, _release_pool, self._release, self._arena_ptr, self._lock,
+                                           engine, self._arena)
+
+    def close(self) -> None:
+        """Join the thread pool's threads now (a later run starts them again); the finalizer does it
+        when the executable is collected."""
+        _release_pool(self._release, self._arena_ptr, self._lock)
 
     def _coerce(self, i: int, a: Any) -> np.ndarray:
         """The slow path of an input check: raise for anything a kernel could overrun, else fix layout."""
@@ -236,7 +255,7 @@ class CpuExecutable(Executable):
             for i, a in enumerate(keep):
                 self._in_ptrs[i] = _address(a)
             for j, o in enumerate(outs):
-                self._out_ptrs[j] = _address(o)
+                self._out_ptrs[j] = _addressof(_char.from_buffer(o)) if self._out_buffer[j] else o.ctypes.data
             if self._profile_offset >= 0:
                 lay = self._profile_layout
                 self._arena[self._profile_offset:self._profile_offset + 8 * lay["slots"]] = 0
@@ -262,6 +281,12 @@ class CpuExecutable(Executable):
                     spans.append((info.index, tid, int(start), int(end)))
         return RunProfile(int(stamps[lay["begin"]]), int(stamps[lay["end"]]), self._last_wall, threads,
                           list(self._profile_steps), spans)
+
+
+def _release_pool(release: Any, arena: int, lock: threading.Lock, *keep: Any) -> None:
+    """Join an arena's pool threads (RELEASE); `keep` holds the code and the arena until then."""
+    with lock:
+        release(arena)
 
 
 @dataclass(frozen=True)
@@ -325,6 +350,10 @@ class CpuBackend(Backend):
     def supports_fused_residual(self, node: Node) -> bool:
         return node.op == "Conv" and node.outputs[0].dtype.kind == "f"
 
+    def supports_squeeze_excite(self, x: Value, activation: str, gate: str) -> bool:
+        """The fused kernel (kernels/squeeze_excite.py) is float32, with activations that have emitters."""
+        return x.dtype == np.float32 and activation in ("none", *EMITTERS) and gate in EMITTERS
+
     def should_lower(self, node: Node) -> bool:
         """A BatchNormalization the optimizer could not fold (after a Concat, or of a value with other
         users) becomes a per-channel Mul and Add: the elementwise fuser then merges it with its
@@ -337,8 +366,11 @@ class CpuBackend(Backend):
         return node.op == "BatchNormalization" and node.inputs[0].type.rank >= 2
 
     def check_node(self, node: Node) -> None:
-        """The precise refusal of a control node the backend cannot take as straight-line code."""
-        why = unroll_refusal(node) if node.op in CONTROL_OPS else None
+        """The precise refusal of a control node the backend cannot take as straight-line code (a Loop
+        that cannot be unrolled runs as a native loop: loops.py)."""
+        if node.op == "Loop":
+            check_loop(node)
+        why = unroll_refusal(node) if node.op in CONTROL_OPS and node.op != "Loop" else None
         if why is not None:
             raise UnsupportedOperator(f"the CPU backend runs {node.op} only as straight-line code: {why}",
                                       node=node.name, op=node.op, expected="a compile-time trip count",
@@ -438,6 +470,9 @@ class CpuBackend(Backend):
         executable.code_key = meta["code_key"]
         executable.model_cached = True
         return graph, executable, meta["imported"]
+
+    def flush_compiled(self) -> None:
+        flush_model_writes()
 
     def store_compiled(self, key: str, graph: Graph, executable: CpuExecutable, imported: Any) -> bool:
         """Record a compile under `key`, on a background thread (writing a model's weights costs about

@@ -187,6 +187,7 @@ EMITTERS: dict[str, Emitter] = {
     "tanh": lambda m, x, p: m.tanh(x),
     "hard_sigmoid": lambda m, x, p: _clamp(m, m.add(m.mul(x, m.const(p[0])), m.const(p[1])), 0.0, 1.0),
     "hard_swish": lambda m, x, p: m.mul(x, _clamp(m, m.add(m.mul(x, m.const(1 / 6)), m.const(0.5)), 0.0, 1.0)),
+    "swish": lambda m, x, p: m.mul(x, _sigmoid(m, m.mul(x, m.const(p[0])))),
     "elu": lambda m, x, p: _elu(m, x, p[0]),
     "selu": lambda m, x, p: m.mul(_elu(m, x, p[0]), m.const(p[1])),
     "celu": lambda m, x, p: _celu(m, x, p[0]),

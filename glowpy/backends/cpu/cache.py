@@ -35,6 +35,7 @@ process (a long-lived host compiling many graphs is told once, not per graph).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -42,8 +43,9 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -217,6 +219,22 @@ def touch(path: Path) -> None:
         pass
 
 
+def atomic_write(directory: Path, prefix: str, dest: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write `dest` whole or not at all: `write` fills a temporary file in `directory` (opened for
+    reading too), which os.replace then moves onto `dest`, so a reader sees nothing or a complete
+    file. Raises OSError, and leaves no temporary file behind."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w+b") as f:
+            write(f)
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 class ObjectCache:
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = Path(directory) if directory is not None else cache_dir()
@@ -257,22 +275,14 @@ class ObjectCache:
     def put(self, key: str, data: bytes) -> bool:
         """Store atomically; False (one warning, no exception) if the directory cannot take it."""
         header = b" ".join([MAGIC, key.encode(), hashlib.sha256(data).hexdigest().encode()]) + b"\n"
+
+        def write(f: BinaryIO) -> None:
+            f.write(header)
+            f.write(data)
+
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory)
+            atomic_write(self.directory, f".{key[:16]}.", self.path(key), write)
         except OSError as e:
-            self._write_failed(e)
-            return False
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(header)
-                f.write(data)
-            os.replace(tmp, self.path(key))
-        except OSError as e:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             self._write_failed(e)
             return False
         evict(self.directory)

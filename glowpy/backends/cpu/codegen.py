@@ -9,12 +9,13 @@ a second block: peak memory stays at one copy of the weights), activations at of
 liveness plan (memory.py); Reshape-like steps alias their source, and elementwise steps write over
 an operand that dies there.
 
-Threads: with N > 1 threads and at least one kernel worth splitting, the entry starts N-1 pthreads,
-and every thread runs `glowpy.worker(shared, tid)`: parallel kernels get (tid, nthreads), serial
-ones run on thread 0, and a barrier (atomic counter + generation, spinning with `pause` then
-`sched_yield`) separates a step from the previous one whenever threads could see each other's
-writes. A thread that fails to start is simply not counted: work is split over the threads that
-did start.
+Threads: with N > 1 threads and at least one kernel worth splitting, the entry hands each run to a
+persistent pool of N-1 pthreads kept in the arena (threads.py: started by the first run, parked between
+runs, joined by `glowpy_release(arena)`), and every thread runs `glowpy.worker(shared, tid)`: parallel
+kernels get (tid, nthreads), serial ones run on thread 0, and a barrier separates a step from the
+previous one whenever threads could see each other's writes, and ends the run when threads other than
+0 wrote since the last one. A thread that fails to start is simply not counted: work is split over the
+threads that did start.
 
 Profile builds (profile=True only; otherwise no timing code is emitted): a block of i64 nanosecond
 stamps in the arena (`profile_layout`): the run's begin and end and the started thread count,
@@ -38,13 +39,27 @@ from glowpy.backends.cpu.memory import Interval, Plan, align_up, plan_arena
 from glowpy.backends.cpu.module_text import split_module_text
 from glowpy.backends.cpu.steps import Arg, Step
 from glowpy.backends.cpu.target import HostTarget
+from glowpy.backends.cpu.threads import (
+    BARRIER_SLEEPERS,
+    COUNT,
+    GEN,
+    NTHREADS,
+    POOL_KEY,
+    SHARED,
+    emit_barrier,
+    emit_no_pool,
+    emit_pool,
+    pool_bytes,
+)
+from glowpy.backends.cpu.threads import (
+    field as pool_field,
+)
 from glowpy.errors import InternalError
 from glowpy.ir.graph import Graph, Value
 from glowpy.limits import check_bytes
 
 ENTRY = "glowpy_run"
 PROFILE_KEY = ("profile",)
-SPIN_BEFORE_YIELD = 2000
 
 
 @dataclass(eq=False)
@@ -226,6 +241,8 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
             intervals.append(Interval(key, align_up(s.scratch) * (nthreads if s.parallel else 1), k, k))
     if profile:  # the stamps, kept for the whole run
         intervals.append(Interval(PROFILE_KEY, profile_bytes(len(steps), nthreads), 0, max(len(steps) - 1, 0)))
+    if threaded:  # the thread pool, kept across runs: nothing else is ever placed over it
+        intervals.append(Interval(POOL_KEY, pool_bytes(nthreads, target.data_layout), 0, max(len(steps) - 1, 0)))
     plan = plan_arena(intervals)
     for st in binder.of.values():
         if st.kind == "arena":
@@ -286,64 +303,6 @@ def _emit_now(module: ir.Module) -> ir.Function:
     b.ret(b.add(b.mul(sec, U.i64(1_000_000_000)), nsec, name="ns"))
     return fn
 
-# shared state of one run: weights, arena, inputs, outputs, nthreads, barrier count, generation, go flag
-SHARED = ir.LiteralStructType([U.I8P.as_pointer(), U.I8P, U.I8P.as_pointer(), U.I8P.as_pointer(), U.I32, U.I32, U.I32,
-                               U.I32])
-THREAD_CTX = ir.LiteralStructType([SHARED.as_pointer(), U.I32])
-
-
-def _field(b: ir.IRBuilder, sh: ir.Value, i: int, name: str) -> ir.Value:
-    return b.gep(sh, [U.i32(0), U.i32(i)], inbounds=True, name=name)
-
-
-def _emit_barrier(module: ir.Module, target: HostTarget) -> ir.Function:
-    """void glowpy.barrier(i32* count, i32* gen, i32 n): the last thread to arrive bumps the generation."""
-    fn = ir.Function(module, ir.FunctionType(U.VOID, [U.I32.as_pointer(), U.I32.as_pointer(), U.I32]),
-                     name="glowpy.barrier")
-    fn.linkage = "internal"
-    count, gen, n = fn.args
-    count.name, gen.name, n.name = "count", "gen", "n"
-    entry = fn.append_basic_block("entry")
-    arrive = fn.append_basic_block("arrive")
-    last = fn.append_basic_block("last")
-    wait = fn.append_basic_block("wait")
-    done = fn.append_basic_block("done")
-    b = ir.IRBuilder(entry)
-    b.cbranch(b.icmp_signed("<=", n, U.i32(1)), done, arrive)
-    b.position_at_end(arrive)
-    g0 = b.load_atomic(gen, "acquire", 4, name="gen0")
-    c = b.atomic_rmw("add", count, U.i32(1), "acq_rel", name="arrived")
-    b.cbranch(b.icmp_signed("==", c, b.sub(n, U.i32(1))), last, wait)
-    b.position_at_end(last)
-    b.store_atomic(U.i32(0), count, "monotonic", 4)
-    b.atomic_rmw("add", gen, U.i32(1), "release")
-    b.branch(done)
-    b.position_at_end(wait)
-    spins = b.phi(U.I32, name="spins")
-    spins.add_incoming(U.i32(0), arrive)
-    g1 = b.load_atomic(gen, "acquire", 4, name="gen1")
-    moved = b.icmp_unsigned("!=", g1, g0)
-    relax = fn.append_basic_block("relax")
-    b.cbranch(moved, done, relax)
-    b.position_at_end(relax)
-    spin_more = b.icmp_unsigned("<", spins, U.i32(SPIN_BEFORE_YIELD))
-    pause_bb = fn.append_basic_block("pause")
-    yield_bb = fn.append_basic_block("backoff")
-    b.cbranch(spin_more, pause_bb, yield_bb)
-    b.position_at_end(pause_bb)
-    if target.triple.startswith(("x86_64", "i686", "i386")):
-        b.call(U.declare(module, "llvm.x86.sse2.pause", U.VOID, []), [])
-    spins.add_incoming(b.add(spins, U.i32(1), name="spins.next"), pause_bb)
-    b.branch(wait)
-    b.position_at_end(yield_bb)
-    b.call(U.declare(module, "sched_yield", U.I32, []), [])
-    b.branch(wait)
-    spins.add_incoming(spins, yield_bb)
-    b.position_at_end(done)
-    b.ret_void()
-    return fn
-
-
 @contextmanager
 def _guarded(b: ir.IRBuilder, s: Step, k: int, pointer: Callable[[Arg, int, Step], ir.Value]) -> Iterator[None]:
     """The step's call under its branch guard (the condition's byte), if it has one."""
@@ -359,19 +318,20 @@ def _guarded(b: ir.IRBuilder, s: Step, k: int, pointer: Callable[[Arg, int, Step
 def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder: Binder, plan: Plan,
                 array_offset: dict[int, int], scratch_key: dict[int, tuple], nthreads: int, threaded: bool,
                 profile: bool = False) -> None:
-    barrier = _emit_barrier(module, target)
+    barrier = emit_barrier(module, target)
     worker = ir.Function(module, ir.FunctionType(U.VOID, [SHARED.as_pointer(), U.I32]), name="glowpy.worker")
     worker.linkage = "internal"
     sh, tid = worker.args
     sh.name, tid.name = "shared", "tid"
     b = ir.IRBuilder(worker.append_basic_block("entry"))
-    weights = b.load(_field(b, sh, 0, "weights.addr"), name="weights")
-    arena = b.load(_field(b, sh, 1, "arena.addr"), name="arena")
-    inputs = b.load(_field(b, sh, 2, "inputs.addr"), name="inputs")
-    outputs = b.load(_field(b, sh, 3, "outputs.addr"), name="outputs")
-    nt = b.load(_field(b, sh, 4, "nthreads.addr"), name="nthreads")
-    count = _field(b, sh, 5, "barrier.count")
-    gen = _field(b, sh, 6, "barrier.gen")
+    weights = b.load(pool_field(b, sh, 0, name="weights.addr"), name="weights")
+    arena = b.load(pool_field(b, sh, 1, name="arena.addr"), name="arena")
+    inputs = b.load(pool_field(b, sh, 2, name="inputs.addr"), name="inputs")
+    outputs = b.load(pool_field(b, sh, 3, name="outputs.addr"), name="outputs")
+    nt = b.load(pool_field(b, sh, NTHREADS, name="nthreads.addr"), name="nthreads")
+    count = pool_field(b, sh, COUNT, name="barrier.count")
+    gen = pool_field(b, sh, GEN, name="barrier.gen")
+    asleep = pool_field(b, sh, BARRIER_SLEEPERS, name="barrier.sleepers")
     is_main = b.icmp_signed("==", tid, U.i32(0), name="is_main")
     ptr_cache: dict[tuple, ir.Value] = {}
 
@@ -434,7 +394,7 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
         if s.fn is None:
             continue
         if threaded and (unsynced_parallel or (s.parallel and serial_since)):
-            b.call(barrier, [count, gen, nt])
+            b.call(barrier, [count, gen, nt, asleep])
             unsynced_parallel = serial_since = False
         params = s.fn.function_type.args
         ptr_args = [pointer(a, k, s) for a in s.args]
@@ -442,43 +402,21 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
             raise InternalError(f"step {s.name}: argument count differs from its kernel", expected=len(params),
                                 found=len(ptr_args) + 2)
         call_args = [b.bitcast(p, t) if p.type != t else p for p, t in zip(ptr_args, params)]
-        with _guarded(b, s, k, pointer):
-            if s.parallel:
+        if s.parallel:
+            with _guarded(b, s, k, pointer):
                 stamp(k, 0)
                 b.call(s.fn, call_args + [tid, nt])
                 stamp(k, 1)
-            else:
-                with U.if_then(b, is_main, f"step{k}"):
-                    stamp(k, 0)
-                    b.call(s.fn, call_args + [U.i32(0), U.i32(1)])
-                    stamp(k, 1)
-        if s.parallel:
             unsynced_parallel = True
-        else:
+        else:  # only thread 0 reads the guard: the others may pass this point after the run ended
+            with U.if_then(b, is_main, f"step{k}"), _guarded(b, s, k, pointer):
+                stamp(k, 0)
+                b.call(s.fn, call_args + [U.i32(0), U.i32(1)])
+                stamp(k, 1)
             serial_since = True
+    if threaded and unsynced_parallel:  # the run ends when every thread's writes are done
+        b.call(barrier, [count, gen, nt, asleep])
     b.ret_void()
-
-    # Thread entry: wait for the go flag (set once every thread that could start did), then work.
-    tmain = ir.Function(module, ir.FunctionType(U.I8P, [U.I8P]), name="glowpy.thread")
-    tmain.linkage = "internal"
-    tb = ir.IRBuilder(tmain.append_basic_block("entry"))
-    ctx = tb.bitcast(tmain.args[0], THREAD_CTX.as_pointer(), name="ctx")
-    shp = tb.load(tb.gep(ctx, [U.i32(0), U.i32(0)], inbounds=True), name="shared")
-    ttid = tb.load(tb.gep(ctx, [U.i32(0), U.i32(1)], inbounds=True), name="tid")
-    go = _field(tb, shp, 7, "go.addr")
-    wait = tmain.append_basic_block("wait")
-    run = tmain.append_basic_block("run")
-    tb.branch(wait)
-    tb.position_at_end(wait)
-    flag = tb.load_atomic(go, "acquire", 4, name="go")
-    relax = tmain.append_basic_block("relax")
-    tb.cbranch(tb.icmp_unsigned("!=", flag, U.i32(0)), run, relax)
-    tb.position_at_end(relax)
-    tb.call(U.declare(module, "sched_yield", U.I32, []), [])
-    tb.branch(wait)
-    tb.position_at_end(run)
-    tb.call(worker, [shp, ttid])
-    tb.ret(ir.Constant(U.I8P, None))
 
     # The entry.
     i8pp = U.I8P.as_pointer()
@@ -486,13 +424,6 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
     for arg, name in zip(entry.args, ("weights", "arena", "inputs", "outputs")):
         arg.name = name
     eb = ir.IRBuilder(entry.append_basic_block("entry"))
-    shared = eb.alloca(SHARED, name="shared")
-    for i, a in enumerate(entry.args):
-        eb.store(a, _field(eb, shared, i, f"{a.name}.slot"))
-    for i in (5, 6, 7):
-        eb.store(U.i32(0), _field(eb, shared, i, "zero"))
-    nt_slot = _field(eb, shared, 4, "nthreads.slot")
-    eb.store(U.i32(1), nt_slot)
     run_stamp = None
     if profile:
         run_stamps = eb.bitcast(eb.gep(entry.args[1], [U.i64(plan.offsets[PROFILE_KEY])], inbounds=True),
@@ -503,50 +434,22 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
             eb.store(value, eb.gep(run_stamps, [U.i64(layout[slot])], inbounds=True))
 
         run_stamp("begin")
-    if not threaded:
-        eb.call(worker, [shared, U.i32(0)])
-        if run_stamp is not None:
-            run_stamp("end")
-            run_stamp("threads", U.i64(1))
-        eb.ret_void()
-        return
-    extra = nthreads - 1
-    handles = eb.alloca(ir.ArrayType(U.I64, extra), name="threads")
-    ctxs = eb.alloca(ir.ArrayType(THREAD_CTX, extra), name="contexts")
-    started = eb.alloca(U.I32, name="started.slot")
-    eb.store(U.i32(0), started)
-    pcreate = U.declare(module, "pthread_create", U.I32, [U.I64.as_pointer(), U.I8P, U.I8P, U.I8P])
-    pjoin = U.declare(module, "pthread_join", U.I32, [U.I64, U.I8P.as_pointer()])
-    after = entry.append_basic_block("spawned")
-    for t in range(extra):
-        c = eb.gep(ctxs, [U.i32(0), U.i32(t)], inbounds=True, name=f"ctx{t + 1}")
-        eb.store(shared, eb.gep(c, [U.i32(0), U.i32(0)], inbounds=True))
-        eb.store(U.i32(t + 1), eb.gep(c, [U.i32(0), U.i32(1)], inbounds=True))
-        h = eb.gep(handles, [U.i32(0), U.i32(t)], inbounds=True, name=f"handle{t + 1}")
-        rc = eb.call(pcreate, [h, ir.Constant(U.I8P, None), eb.bitcast(tmain, U.I8P), eb.bitcast(c, U.I8P)],
-                     name=f"rc{t + 1}")
-        ok = entry.append_basic_block(f"started{t + 1}")
-        eb.cbranch(eb.icmp_signed("==", rc, U.i32(0)), ok, after)
-        eb.position_at_end(ok)
-        eb.store(U.i32(t + 1), started)
-    eb.branch(after)
-    eb.position_at_end(after)
-    n_started = eb.load(started, name="started")
-    eb.store(eb.add(n_started, U.i32(1)), nt_slot)
-    eb.store_atomic(U.i32(1), _field(eb, shared, 7, "go.slot"), "release", 4)
+    if threaded:  # the pool (threads.py) holds this run's shared state in the arena
+        pool_run = emit_pool(module, target, worker, nthreads, plan.offsets[POOL_KEY])
+        nt_run = eb.call(pool_run, list(entry.args), name="nthreads")
+        shared = eb.bitcast(eb.gep(entry.args[1], [U.i64(plan.offsets[POOL_KEY])], inbounds=True),
+                            SHARED.as_pointer(), name="shared")
+    else:
+        emit_no_pool(module)
+        nt_run = U.i32(1)
+        shared = eb.alloca(SHARED, name="shared")
+        for i, a in enumerate(entry.args):
+            eb.store(a, pool_field(eb, shared, i, name=f"{a.name}.slot"))
+        eb.store(nt_run, pool_field(eb, shared, NTHREADS, name="nthreads.slot"))
     eb.call(worker, [shared, U.i32(0)])
-    for t in range(extra):
-        joined = entry.append_basic_block(f"join{t + 1}")
-        nxt = entry.append_basic_block(f"joined{t + 1}")
-        eb.cbranch(eb.icmp_signed(">", n_started, U.i32(t)), joined, nxt)
-        eb.position_at_end(joined)
-        h = eb.load(eb.gep(handles, [U.i32(0), U.i32(t)], inbounds=True))
-        eb.call(pjoin, [h, ir.Constant(U.I8P.as_pointer(), None)])
-        eb.branch(nxt)
-        eb.position_at_end(nxt)
     if run_stamp is not None:
         run_stamp("end")
-        run_stamp("threads", eb.sext(eb.add(n_started, U.i32(1)), U.I64))
+        run_stamp("threads", eb.sext(nt_run, U.I64))
     eb.ret_void()
 
 

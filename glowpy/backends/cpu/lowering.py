@@ -36,8 +36,12 @@ from glowpy.backends.cpu.steps import Arg, Step
 from glowpy.errors import GlowpyError, UnsupportedOperator
 from glowpy.ir.graph import Graph, Node, Value
 
-# Below this much work (roughly element-ops) a kernel runs on one thread: a barrier costs more.
-PARALLEL_MIN_WORK = 1 << 16
+# Below this much work a kernel runs on one thread: splitting it saves less than the barrier after it
+# costs (~2-4 us; a step is worth splitting from ~10 us of one thread's work). Work counts elements,
+# and FLOPs for HEAVY_OPS, which do ~64 FLOPs in the time of one element of the others (measured:
+# Gemm 2 MFLOP and Transpose 32 K elements both ~10 us on Zen 5).
+PARALLEL_MIN_WORK = 1 << 15
+FLOPS_PER_ELEMENT = 64
 
 ALIAS_OPS = frozenset({"Reshape", "Identity", "Dropout"})
 __all__ = ["ALIAS_OPS", "ELEMENTWISE_OPS", "HEAVY_OPS", "KERNELS", "Lowering", "copy_function"]
@@ -47,8 +51,9 @@ class Lowering:
     """Turns a graph into steps inside `module`. `arrays` collects compile-time weights-block data."""
 
     def __init__(self, graph: Graph, module: ir.Module, *, nthreads: int, vector_width: int,
-                 fast_kernels: bool = True, release_weights: bool = False) -> None:
+                 fast_kernels: bool = True, release_weights: bool = False, prefix: str = "") -> None:
         self.graph = graph
+        self.prefix = prefix  # of every kernel name: a Loop body's steps are named after the loop's
         self.module = module  # the entry's module; kernels are built in their own (kmod)
         self.nthreads = nthreads
         self.vector_width = vector_width
@@ -87,7 +92,7 @@ class Lowering:
         """k<step>.<op>.<node>[.<fused ops>]: the first node names the kernel, the rest were fused in."""
         first = nodes[0]
         tail = "".join(f".{n.op}" for n in nodes[1:4]) + (f".and{len(nodes) - 4}" if len(nodes) > 4 else "")
-        return ident(f"k{len(self.steps):03d}.{first.op}.{first.name}{tail}")
+        return ident(f"{self.prefix}k{len(self.steps):03d}.{first.op}.{first.name}{tail}")
 
     def kmod(self) -> ir.Module:
         return self.texts.kmod()
@@ -104,7 +109,9 @@ class Lowering:
         if step.fn is not None:
             step.fn = self.seal(step.fn)
         step.position = max(self._index[id(n)] for n in step.nodes) if step.nodes else len(self.graph.nodes)
-        step.parallel = self.nthreads > 1 and step.work >= PARALLEL_MIN_WORK and step.fn is not None
+        heavy = bool(step.nodes) and step.nodes[0].op in HEAVY_OPS
+        least = PARALLEL_MIN_WORK * (FLOPS_PER_ELEMENT if heavy else 1)
+        step.parallel = self.nthreads > 1 and step.work >= least and step.fn is not None
         self.steps.append(step)
         for n in step.nodes:
             self._claimed.add(id(n))

@@ -29,36 +29,20 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from glowpy.backends.cpu.cache import ObjectCache, source_digest, touch, warn_once
+from glowpy.backends.cpu.cache import ObjectCache, atomic_write, source_digest, touch, warn_once
+from glowpy.importer import DeferredModel
+from glowpy.importer.digest import content_digest
 from glowpy.ir.graph import Graph, Node, Value
 
 FORMAT = 2
 ALIGN = 64
 PAGE = 4096
 SAMPLES = 64
-
-
-CHUNK = 8 << 20
 SETTLED_NS = 2_000_000_000  # a file modified this recently may change again within its timestamp tick
-
-
-def content_digest(data: bytes | memoryview) -> str:
-    """sha256 over the sha256 of each 8 MiB chunk: the chunks are hashed on all cores (hashlib
-    releases the GIL), so a 100 MB model is hashed in a fraction of the time of one sha256."""
-    view = memoryview(data).cast("B")
-    chunks = [view[i:i + CHUNK] for i in range(0, len(view), CHUNK)] or [view]
-    if len(chunks) > 1 and (os.cpu_count() or 1) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(min(len(chunks), os.cpu_count() or 1)) as pool:
-            parts = list(pool.map(lambda c: hashlib.sha256(c).digest(), chunks))
-    else:
-        parts = [hashlib.sha256(c).digest() for c in chunks]
-    return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
 def model_digest(model: Any, store: ObjectCache) -> str | None:
@@ -67,6 +51,8 @@ def model_digest(model: Any, store: ObjectCache) -> str | None:
     (a small entry), so a cached compile of a file does not read it; a file modified in the last
     two seconds is hashed every time (its mtime may not show a second change in the same tick; a
     rewrite that puts the mtime back changes the ctime)."""
+    if isinstance(model, DeferredModel):
+        return model.digest
     if isinstance(model, (bytes, bytearray, memoryview)):
         return content_digest(model)
     if isinstance(model, (str, os.PathLike)):
@@ -239,27 +225,25 @@ class ModelCache:
 
     def put(self, key: str, meta: dict[str, Any], weights: list[np.ndarray]) -> bool:
         layout, size = _layout(weights)
+        digest = ""
+
+        def write(f: BinaryIO) -> None:
+            nonlocal digest
+            at = 0
+            for (offset, _, _), w in zip(layout, weights):
+                f.write(b"\0" * (offset - at))
+                f.write(np.ascontiguousarray(w).reshape(-1).view(np.uint8).data)
+                at = offset + w.nbytes
+            f.flush()
+            if not size:
+                digest = _sample_digest(b"", 0)
+                return
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                digest = _sample_digest(view, size)
+
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".w{key[:16]}.", suffix=".tmp", dir=self.directory)
+            atomic_write(self.directory, f".w{key[:16]}.", self.weights_path(key), write)
         except OSError as e:
-            self.store._write_failed(e)
-            return False
-        try:
-            with os.fdopen(fd, "wb") as f:
-                at = 0
-                for (offset, _, _), w in zip(layout, weights):
-                    f.write(b"\0" * (offset - at))
-                    f.write(np.ascontiguousarray(w).reshape(-1).view(np.uint8).data)
-                    at = offset + w.nbytes
-            with open(tmp, "rb") as f:
-                digest = _sample_digest(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b"", size)
-            os.replace(tmp, self.weights_path(key))
-        except OSError as e:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             self.store._write_failed(e)
             return False
         meta = {**meta, "weights_layout": layout, "weights_bytes": size, "weights_digest": digest}

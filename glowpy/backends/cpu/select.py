@@ -28,8 +28,12 @@ from glowpy.backends.cpu.kernels import (
     resize,
     rnn,
 )
+from glowpy.backends.cpu.kernels.batched import emit_batched_gemm
 from glowpy.backends.cpu.kernels.conv import emit_conv2d
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
+from glowpy.backends.cpu.kernels.quant import KERNELS as QUANT_KERNELS
+from glowpy.backends.cpu.kernels.squeeze_excite import emit_squeeze_excite
+from glowpy.backends.cpu.loops import emit_loop
 from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
 from glowpy.errors import GlowpyError
@@ -194,6 +198,8 @@ def _heavy_FullyConnected(low: Lowering, node: Node, epi: Epilogue) -> None:
     work = 2.0 * M * N * K
     if b_v.is_constant:
         bias, kind = np.asarray(b_v.data).astype(dt), "col"
+        if _batched_matmul(low, epi, x, w, M=M, N=N, K=K, bias=bias, work=work):
+            return
         _gemm(low, epi.nodes, epi.out, x, M=M, N=N, K=K, a_trans=False, b=w, b_trans=False, alpha=1.0,
                    bias=bias, bias_kind=kind, activation=epi.activation, params=epi.params, work=work)
         return
@@ -215,6 +221,8 @@ def _heavy_MatMul(low: Lowering, node: Node, epi: Epilogue) -> None:
     if len(b2) == 2:
         M = math.prod(a2[:-1])
         work = 2.0 * M * N * K
+        if _batched_matmul(low, epi, a_v, b_v, M=M, N=N, K=K, work=work):
+            return
         if dt.kind == "f":
             _gemm(low, epi.nodes, out, a_v, M=M, N=N, K=K, a_trans=False, b=b_v, b_trans=False, alpha=1.0,
                        bias=None, bias_kind="none", activation=epi.activation, params=epi.params, work=work)
@@ -226,11 +234,42 @@ def _heavy_MatMul(low: Lowering, node: Node, epi: Epilogue) -> None:
         a_bs = _batch_strides(a2[:-2], batch, M * K)
         b_bs = _batch_strides(b2[:-2], batch, K * N)
         work = 2.0 * math.prod(batch) * M * N * K
+        if not b_v.is_constant and _batched_matmul(low, epi, a_v, b_v, M=M, N=N, K=K, batch=batch, a_bs=a_bs,
+                                                   b_bs=b_bs, work=work):
+            return
     fn, scratch = linalg.emit_matmul_generic(
         low.kmod(), low.fname(epi.nodes), dt, M=M, N=N, K=K, batch=batch, a_batch_strides=a_bs,
         b_batch_strides=b_bs, activation=epi.activation, activation_params=epi.params)
     args = [low.val(out), low.val(a_v), low.val(b_v), SCRATCH, NULL]
     low.add(Step(fn.name, fn, args, [out], epi.nodes, work=work, scratch=scratch))
+
+
+# --- batched matrix products on gemm's micro-kernel with a K-blocked reduction (kernels/batched.py) ---
+
+
+def _batched_matmul(low: Lowering, epi: Epilogue, a: Value, b: Value, *, M: int, N: int, K: int,
+                    batch: tuple[int, ...] = (), a_bs: tuple[int, ...] = (), b_bs: tuple[int, ...] = (),
+                    bias: np.ndarray | None = None, work: float) -> bool:
+    """One step out = act(A @ B + bias) from kernels/batched.py, for float32 MatMul / FullyConnected
+    (B a constant matrix, or a runtime operand per batch); False when that kernel does not apply."""
+    out = epi.out
+    if not low.fast_kernels or out.dtype != np.float32 or epi.residual is not None:
+        return False
+    b_arr = np.asarray(b.data, np.float32).reshape(K, N) if b.is_constant else None
+    name = low.fname(epi.nodes)
+    try:
+        info = low.generate(emit_batched_gemm, name, ("b", "bias"), M=M, N=N, K=K, batch=batch,
+                            a_batch_strides=a_bs, b_batch_strides=b_bs, b=b_arr, bias=bias,
+                            activation=epi.activation, activation_params=tuple(epi.params),
+                            vector_width=low.vector_width)
+    except (NotImplementedError, GlowpyError):
+        return False
+    low.used_fast.append(name)
+    args = [low.val(out), low.val(a), NULL if b_arr is not None else low.val(b), SCRATCH]
+    args += [low.array(p) for p in info.packed]
+    low.add(Step(info.function.name, info.function, args, [out], epi.nodes, work=work,
+                 scratch=info.scratch_bytes_per_thread))
+    return True
 
 
 def _batch_strides(shape: tuple[int, ...], batch: tuple[int, ...], matrix: int) -> tuple[int, ...]:
@@ -357,6 +396,12 @@ def _lower_ArgMax(low: Lowering, node: Node) -> None:
 
 def _lower_Softmax(low: Lowering, node: Node, log: bool = False) -> None:
     x = node.inputs[0]
+    axis = node.attrs["axis"] % x.type.rank
+    if not log and x.dtype == np.float32 and axis == x.type.rank - 1 and low.fast_kernels:
+        n = x.shape[-1]
+        fn = norm.emit_softmax_rows(low.kmod(), low.fname([node]), x.type.size // max(n, 1), n, low.vector_width)
+        _simple(low, node, fn, [low.val(x)], 8.0 * x.type.size)
+        return
     fn = norm.emit_softmax(low.kmod(), low.fname([node]), x.dtype, x.shape, node.attrs["axis"], log)
     _simple(low, node, fn, [low.val(x)], 8.0 * x.type.size)
 
@@ -543,6 +588,17 @@ def _lower_Det(low: Lowering, node: Node) -> None:
     _simple(low, node, fn, [low.val(x), SCRATCH], x.type.size * n, scratch)
 
 
+def _lower_SqueezeExcite(low: Lowering, node: Node) -> None:
+    x, w1, b1, w2, b2 = node.inputs
+    a = node.attrs
+    n, c, h, w = x.shape
+    info = emit_squeeze_excite(low.kmod(), low.fname([node]), n=n, c=c, hw=h * w, r=w1.shape[0],
+                               activation=a["activation"], activation_params=tuple(a["activation_params"]),
+                               gate=a["gate"], gate_params=tuple(a["gate_params"]), vector_width=low.vector_width)
+    args = [low.val(x)] + [low.array(np.asarray(v.data, np.float32)) for v in (w1, b1, w2, b2)] + [SCRATCH]
+    _simple(low, node, info.function, args, 2.0 * x.type.size, info.scratch_bytes_per_thread)
+
+
 # The op -> kernel emitter table: every op the backend has a kernel for, besides elementwise groups
 # (fusion.py) and aliases (ALIAS_OPS).
 HEAVY = {
@@ -590,11 +646,15 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "ReverseSequence": _lower_ReverseSequence,
     "Resize": _lower_Resize,
     "Det": _lower_Det,
+    "SqueezeExcite": _lower_SqueezeExcite,
     "Conv": lower_heavy_node,
     "Gemm": lower_heavy_node,
     "FullyConnected": lower_heavy_node,
     "MatMul": lower_heavy_node,
+    "Loop": emit_loop,
 }
+# QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear (kernels/quant.py)
+KERNELS.update(QUANT_KERNELS)
 
 
 # --- recurrent ops (kernels/rnn.py): the input projection of every step and direction is one packed

@@ -9,7 +9,8 @@ of the control node. Operands and body inputs, in order:
         else_branch inputs = else_captures; both branches give outputs of the same types.
 - Loop: [M, cond, *carried, *captures]; body inputs [iteration, cond, *carried, *captures], body
         outputs [cond, *carried, *scan_outputs]. `trip_count` is the static number of iterations
-        (-1: decided at run time); scan outputs need it (their first dim).
+        (-1: decided at run time); scan outputs need it (their first dim). `promised` (1): the trip
+        count is the declared scan outputs' length, M or the condition decide at run time.
 - Scan: [*states, *scan_inputs, *captures]; body inputs [*states, *scan_elements, *captures], body
         outputs [*states, *scan_output_elements]; directions and axes as in ONNX Scan-16.
 
@@ -131,7 +132,7 @@ def _loop_infer(attrs: dict, m: TensorType, cond: TensorType, *rest: TensorType)
 
 
 @op("Loop", infer=_loop_infer, inputs=(2, None), dtypes=frozenset({INT64}),
-    attrs={"body": REQUIRED, "num_carried": REQUIRED, "trip_count": -1},
+    attrs={"body": REQUIRED, "num_carried": REQUIRED, "trip_count": -1, "promised": 0},
     num_outputs=lambda attrs: len(attrs["body"].outputs) - 1)
 def loop(attrs: dict, m: np.ndarray, cond: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
     """for i in range(M) while cond: cond, *carried, *scan = body(i, cond, *carried, *captures)."""
@@ -236,10 +237,15 @@ def _unrolled_size(op_name: str, attrs: dict, inputs: Sequence[Any]) -> int:
     return 1
 
 
+def static_iterations(node: Any) -> int | None:
+    """The iterations every run of a Loop makes when the model fixes them (`trip_count`, unless it is
+    only `promised` by the declared scan output shapes); None: decided at run time."""
+    trips = node.attrs["trip_count"]
+    return trips if trips >= 0 and not node.attrs["promised"] else None
+
+
 def _loop_steps(attrs: dict, inputs: Sequence[Any]) -> int:
-    """Iterations an unrolled Loop runs: the static trip count, else a constant M (-1: unknown)."""
-    if attrs["trip_count"] >= 0:
-        return attrs["trip_count"]
+    """Iterations an unrolled Loop runs: a constant M (-1: unknown)."""
     m = inputs[0]
     if m.is_constant:
         steps = int(np.asarray(m.data).reshape(-1)[0])
@@ -256,6 +262,8 @@ def unroll_refusal(node: Any) -> str | None:
                     "trip count known at compile time are unrolled")
         if steps == 0 and loop_counts(node.attrs)[1]:
             return "the Loop runs no iteration, so its scan outputs would be empty"
+        if loop_counts(node.attrs)[1] and static_iterations(node) is None:
+            return "the Loop's scan outputs have a length decided at run time (its condition may end it early)"
     if node.op in CONTROL_OPS:
         size = _unrolled_size(node.op, node.attrs, node.inputs)
         if size > MAX_UNROLLED_NODES:
@@ -263,6 +271,6 @@ def unroll_refusal(node: Any) -> str | None:
         for _, body in bodies(node.op, node.attrs):
             for inner in body.nodes:
                 why = unroll_refusal(inner)
-                if why is not None:
+                if why is not None and inner.op != "Loop":  # such a Loop stays a Loop (a native loop)
                     return f"in its body, node '{inner.name}': {why}"
     return None

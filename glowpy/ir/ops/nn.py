@@ -597,3 +597,40 @@ def fully_connected(attrs: dict, x: np.ndarray, w: np.ndarray, b: np.ndarray) ->
     """X @ W + B with W stored (K, N), then the fused activation. Made by the optimizer from
     MatMul + Add and Gemm; never imported directly."""
     return apply_activation((accumulator(x) @ accumulator(w) + b).astype(x.dtype), attrs)
+
+
+# --- SqueezeExcite (made by optimizer/squeeze_excite.py, never imported) ---------------------------
+
+SE_GATES = ("sigmoid", "hard_sigmoid")
+
+
+def _se_infer(attrs: dict, x: TensorType, w1: TensorType, b1: TensorType, w2: TensorType,
+              b2: TensorType) -> TensorType:
+    c = x.shape[1] if x.rank == 4 else None
+    r = w1.shape[0] if w1.rank == 2 else None
+    if c is None or w1.shape != (r, c) or b1.shape != (r,) or w2.shape != (c, r) or b2.shape != (c,):
+        raise MismatchingShape("SqueezeExcite needs X (N, C, H, W), W1 (R, C), B1 (R), W2 (C, R), B2 (C)",
+                               op="SqueezeExcite", expected="(N, C, H, W) (R, C) (R,) (C, R) (C,)",
+                               found=f"{x.shape} {w1.shape} {b1.shape} {w2.shape} {b2.shape}")
+    if any(t.dtype != x.dtype for t in (w1, b1, w2, b2)):
+        raise MismatchingDatatype("weights differ from the input's type", op="SqueezeExcite",
+                                  expected=str(x.dtype), found=[str(t.dtype) for t in (w1, b1, w2, b2)])
+    if attrs["gate"] not in SE_GATES:
+        raise UnsupportedAttribute("squeeze-excite gate", op="SqueezeExcite", expected=SE_GATES, found=attrs["gate"])
+    check_fused("SqueezeExcite", attrs)
+    check_fused("SqueezeExcite", {"activation": attrs["gate"], "activation_params": attrs["gate_params"]})
+    return x
+
+
+@op("SqueezeExcite", infer=_se_infer, inputs=(5, 5), dtypes=FLOAT_TYPES,
+    attrs={**FUSED, "gate": "sigmoid", "gate_params": ()})
+def squeeze_excite(attrs: dict, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray,
+                   b2: np.ndarray) -> np.ndarray:
+    """x * gate(W2 act(W1 mean_hw(x) + b1) + b2), the gate per (image, channel): GlobalAveragePool, a 1x1
+    Conv with activation `activation`, a 1x1 Conv with activation `gate`, and the Mul by x, rounded as
+    those ops are."""
+    m = x.mean(axis=(2, 3), dtype=np.float64).astype(x.dtype)
+    h = apply_activation((accumulator(m) @ accumulator(w1).T + b1).astype(x.dtype), attrs)
+    s = (accumulator(h) @ accumulator(w2).T + b2).astype(x.dtype)
+    s = apply_activation(s, {"activation": attrs["gate"], "activation_params": attrs["gate_params"]})
+    return (x * s[:, :, None, None]).astype(x.dtype)

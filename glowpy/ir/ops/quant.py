@@ -378,15 +378,40 @@ def _qlinear_add_infer(attrs: dict, a, as_, az, b, bs, bz, ys, yz) -> TensorType
     return TensorType(yz.dtype, tuple(shape))
 
 
+def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """float32 x * y + z rounded once, as a fused multiply-add, for x with at most 29 significant bits
+    (8- and 16-bit integers): the product is exact in float64, the sum's rounding error is recovered
+    (TwoSum) and breaks the one case float64 would round wrongly, a sum exactly halfway between two
+    float32 values."""
+    p = x.astype(np.float64) * y.astype(np.float64)
+    zz = np.broadcast_to(z, p.shape).astype(np.float64)
+    s = p + zz
+    v = s - p
+    err = (p - (s - v)) + (zz - v)
+    nudged = np.where(err > 0, np.nextafter(s, np.inf), np.where(err < 0, np.nextafter(s, -np.inf), s))
+    return np.where(err != 0, nudged, s).astype(np.float32)
+
+
 @op("QLinearAdd", infer=_qlinear_add_infer, inputs=(8, 8), dtypes=MATMUL_INT_TYPES)
 def qlinear_add(attrs: dict, a, as_, az, b, bs, bz, ys, yz) -> np.ndarray:
-    """Quantized Add, in float32 as onnxruntime's kernel (what its QDQ Add becomes): y = round_half_even(
-    a_scale / y_scale * (A - a_zp) + b_scale / y_scale * (B - b_zp)) + y_zp, saturated."""
+    """Quantized Add as onnxruntime's AVX2 kernel (what its QDQ Add becomes on x86-64), in float32:
+    with ra = a_scale / y_scale, rb = b_scale / y_scale and the constant c = y_zp - (ra * a_zp + rb * b_zp),
+    y = round_half_even(fma(A, ra, fma(B, rb, c))), saturated; an operand of one element is folded
+    into c by a product and a sum (no fma)."""
+    f = np.float32
     ys, yz = ys.reshape(()), yz.reshape(())
-    ra, rb = np.float32(as_.reshape(()) / ys), np.float32(bs.reshape(()) / ys)
-    va = ra * (a.astype(np.int32) - az.reshape(()).astype(np.int32)).astype(np.float32)
-    vb = rb * (b.astype(np.int32) - bz.reshape(()).astype(np.int32)).astype(np.float32)
-    return saturate(np.rint(va + vb).astype(np.float64) + yz.astype(np.float64), yz.dtype)
+    ra, rb = f(as_.reshape(()) / ys), f(bs.reshape(()) / ys)
+    c = f(f(yz) - f(f(ra * f(az.reshape(()))) + f(rb * f(bz.reshape(())))))
+    fa, fb = a.astype(f), b.astype(f)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    if a.size == 1 or b.size == 1:
+        scalar, sr, vec, vr = (fa, ra, fb, rb) if a.size == 1 else (fb, rb, fa, ra)
+        c = f(c + f(f(scalar.reshape(())) * sr))
+        y = fma_f32(np.broadcast_to(vec, shape), vr, c)
+    else:
+        y = fma_f32(np.broadcast_to(fa, shape), ra, fma_f32(np.broadcast_to(fb, shape), rb, c))
+    info = np.iinfo(yz.dtype)
+    return np.clip(np.rint(y), info.min, info.max).astype(yz.dtype)
 
 
 def _qlinear_gap_infer(attrs: dict, x, xs, xz, ys, yz) -> TensorType:

@@ -25,7 +25,7 @@ NAMES = sorted(EMITTERS)
 PARAMS = {"clip": {"min": -0.5, "max": 0.7}, "leaky_relu": {"alpha": 0.3},
           "hard_sigmoid": {"alpha": 0.3, "beta": 0.4}, "elu": {"alpha": 0.7}, "selu": {"alpha": 1.5, "gamma": 0.8},
           "celu": {"alpha": 2.0}, "thresholded_relu": {"alpha": 0.5}, "shrink": {"bias": 0.2, "lambd": 0.7},
-          "gelu": {"approximate": "tanh"}}
+          "gelu": {"approximate": "tanh"}, "swish": {"alpha": 0.7}}
 # Values around every activation's kinks (0, +-3 for HardSwish, the clip bounds) and far out.
 SPECIAL = np.array([0.0, -0.0, 3.0, -3.0, 0.5, -0.5, 0.7, 20.0, -20.0, 90.0, -90.0], F32)
 
@@ -132,7 +132,7 @@ def _check_onnx(op: str, opset: int) -> None:
 
 @pytest.mark.parametrize("op", sorted(a.onnx for a in ACTIVATIONS.values() if a.onnx and a.name in EMITTERS))
 def test_onnx_conv_then_activation_matches_reference(op: str) -> None:
-    _check_onnx(op, 14)
+    _check_onnx(op, max(14, onnx.defs.get_schema(op).since_version))
 
 
 def test_hard_swish_from_onnx_opset_14_is_a_conv_epilogue() -> None:

@@ -26,9 +26,8 @@ def test_cpu_is_registered_and_the_default() -> None:
     assert isinstance(get_backend("cpu"), CpuBackend)
 
 
-# IR ops the cpu backend refuses for want of a kernel (issue 14: the quantization kernels).
-WITHOUT_KERNEL = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
-WITHOUT_KERNEL |= {"If", "Loop", "Scan"}  # the optimizer makes them straight-line code for cpu (should_lower)
+WITHOUT_KERNEL: set[str] = set()
+WITHOUT_KERNEL |= {"If", "Scan"}  # the optimizer makes them straight-line code for cpu (should_lower)
 
 
 def test_every_ir_op_has_a_kernel() -> None:

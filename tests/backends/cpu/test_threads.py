@@ -20,10 +20,11 @@ from .util import assert_close, run_both
 
 
 def conv_net() -> tuple[Graph, list[np.ndarray]]:
-    """Big enough that convs, pools, elementwise and the matrix product all run split."""
+    """Big enough that the convs, the pool and the elementwise group run split (the matrix product is too
+    small to split: lowering.PARALLEL_MIN_WORK)."""
     rng = np.random.default_rng(0)
     g = Graph("convnet")
-    x = g.add_input("x", TensorType(np.float32, (1, 8, 24, 24)))
+    x = g.add_input("x", TensorType(np.float32, (1, 8, 32, 32)))
     w1 = g.add_constant("w1", (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32))
     b1 = g.add_constant("b1", rng.standard_normal(16).astype(np.float32))
     c1 = g.add_node("Conv", [x, w1, b1], {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1),
@@ -42,7 +43,7 @@ def conv_net() -> tuple[Graph, list[np.ndarray]]:
     fc = g.add_node("Gemm", [flat, wf, bf], name="fc").outputs[0]
     sm = g.add_node("Softmax", [fc], {"axis": -1}, name="softmax").outputs[0]
     g.outputs = [sm, p]
-    return g, [rng.standard_normal((1, 8, 24, 24)).astype(np.float32)]
+    return g, [rng.standard_normal((1, 8, 32, 32)).astype(np.float32)]
 
 
 def test_threads_agree_with_one_thread_and_the_interpreter() -> None:

@@ -48,6 +48,8 @@ CASES = {
     "not-array": ({"a": A, "b": object()}, InvalidDatatype),
     "unknown-name": ({"a": A, "b": A, "c": A}, InvalidName),
     "missing": ({"a": A}, UnidentifiedName),
+    "other-name-same-count": ({"a": A, "c": A}, InvalidName),
+    "read-only-wrong-shape": ({"a": A, "b": np.broadcast_to(np.float32(1), (3, 2))}, MismatchingShape),
 }
 
 
@@ -66,6 +68,13 @@ def test_valid_inputs_still_run(model) -> None:
         # non-contiguous input: made contiguous, same result
         bt = np.arange(6, dtype=np.float32).reshape(3, 2).T
         np.testing.assert_array_equal(model.run({"a": A, "b": bt})["y"], A + bt)
+        # a Mapping that is not a dict, a read-only input
+        from types import MappingProxyType
+
+        np.testing.assert_array_equal(model.run(MappingProxyType({"a": A, "b": b}))["y"], A + b)
+        ro = b.copy()
+        ro.flags.writeable = False
+        np.testing.assert_array_equal(model.run({"a": A, "b": ro})["y"], A + b)
     finally:
         model.executable._entry = model.forbidden
 

@@ -10,14 +10,14 @@ B is read as vectors along p:
 A panel is packed once per thread into its scratch and reused by every row block of output channels.
 Small maps (7x7, 6x6, 1x1) would waste vector lanes over pixels, so there the tile is transposed: a few
 pixels broadcast x vectors of output channels, and the epilogue scatters down NCHW columns.
-Depthwise convs (group == C == M) get a direct loop: per channel, vectors of output pixels, fma per tap.
+Depthwise convs (group == C == M) have their own direct kernel (depthwise.py).
 
 Contract for callers: the work (pixel panels x row blocks, or channel planes) is split in contiguous,
 balanced ranges by (tid, nthreads), any nthreads >= 1; a thread writes only its outputs and its scratch.
 No alignment is assumed for any pointer. `out` must not overlap `x`; it may be the residual buffer itself
 (every output element is read as residual before it is first written, by the same thread).
 
-One file for the four paths (GEMM over panels, channel vectors, Winograd, depthwise): they share the
+One file for the three GEMM-like paths (GEMM over panels, channel vectors, Winograd): they share the
 geometry, the panel packing and the fused epilogue, and `pack_conv2d` must mirror each emitter exactly.
 """
 
@@ -46,6 +46,7 @@ from glowpy.errors import MismatchingShape, UnsupportedShape
 from glowpy.ir.ops.nn import conv_out_dim
 
 from .common import KernelInfo
+from .depthwise import emit_depthwise, pack_depthwise
 from .gemm import choose_tile, emit_tile, kernel_function
 
 # Reduction chunking: a panel's chunk of the vector operand (kc x NR floats) and the chunk of
@@ -188,7 +189,7 @@ def _prepare(x_shape, w, bias, strides, pads, dilations, group) -> tuple[_Geomet
 def _kind(geo: _Geometry, vw: int) -> str:
     if geo.group == geo.C == geo.M and geo.Cg == 1:
         return "depthwise"
-    if use_winograd(geo):
+    if winograd_tile(geo, vw):
         return "winograd"
     if use_channel_vectors(geo, vw):
         return "channel"
@@ -201,7 +202,7 @@ def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: n
     """2-D convolution kernel: out(N, M, OH, OW) = act(conv(x, w) + bias [+ residual])."""
     activations.check(activation, activation_params)
     geo, w, bias = _prepare(x_shape, w, bias, strides, pads, dilations, group)
-    emit = {"depthwise": _emit_depthwise, "winograd": _emit_winograd, "channel": _emit_channel_conv,
+    emit = {"depthwise": emit_depthwise, "winograd": _emit_winograd, "channel": _emit_channel_conv,
             "pixel": _emit_gemm_conv}[_kind(geo, vector_width)]
     return emit(module, name, geo, w, bias, activation, activation_params, has_residual, vector_width)
 
@@ -213,7 +214,7 @@ def pack_conv2d(*, x_shape, w: np.ndarray, bias: np.ndarray | None, strides, pad
     generated function, each with its own packed arrays, even where packing is not a rearrangement
     (Winograd transforms the weights)."""
     geo, w, bias = _prepare(x_shape, w, bias, strides, pads, dilations, group)
-    pack = {"depthwise": _pack_depthwise, "winograd": _pack_winograd, "channel": _pack_channel_conv,
+    pack = {"depthwise": pack_depthwise, "winograd": _pack_winograd, "channel": _pack_channel_conv,
             "pixel": _pack_gemm_conv}[_kind(geo, vector_width)]
     return pack(geo, w, bias, vector_width)
 
@@ -257,22 +258,6 @@ def full_or_edge_panel(b: ir.IRBuilder, nb: ir.Value, *, nfull: int, edge: int, 
                 run(*edge_args)
 
 
-def _pack_winograd(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
-    """U = G g G^T as [16][m-block][C][MR], zero past M. Transformed in float64 one m-block at a time,
-    written straight into the float32 result (a whole-tensor float64 pass peaked at ~6x the weights)."""
-    C, M = geo.Cg, geo.M
-    mr, _ = choose_tile(M, vw)
-    mblocks = math.ceil(M / mr)
-    out = np.zeros((16, mblocks, C, mr), dtype=np.float32)
-    for mb in range(mblocks):
-        rows = w[mb * mr:min(M, (mb + 1) * mr)].astype(np.float64)
-        u = np.einsum("ai,mcij,bj->abcm", _WG, rows, _WG).reshape(16, C, rows.shape[0])
-        out[:, mb, :, :rows.shape[0]] = u
-    return [out.ravel(), bias]
-
-
-def _pack_depthwise(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
-    return [np.ascontiguousarray(w.reshape(geo.M, geo.KHKW)).ravel(), bias]
 
 
 def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
@@ -507,10 +492,22 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_bytes)
 
 
-# Winograd F(2x2, 3x3): Y = A^T [ (G g G^T) . (B^T d B) ] A per 2x2 output tile, 16 products instead of
-# 36 multiplies per tile and channel pair (2.25x fewer fma's in the GEMMs), exact up to float rounding.
+# Winograd F(m x m, 3x3): Y = A^T [ (G g G^T) . (B^T d B) ] A per m x m output tile: (m+2)^2 products per
+# tile and channel pair instead of 9 m^2 multiplies, exact up to float rounding. F(2x2) (4x4 patches, 2.25x
+# fewer) and F(4x4) (6x6 patches, 4x fewer) are implemented; winograd_tile picks one per layer shape.
+# F(4x4) interpolates at 0, 1, -1, 2, -1/2 (and infinity): against the usual 0, +-1, +-2 its transforms
+# have smaller constants: float32 error max ~1.8e-5 against ~3.2e-5 at C=128 on unit-scale outputs.
 WINOGRAD = True
-_WG = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+_WG = {
+    2: np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]]),
+    4: np.array([[1, 0, 0], [-1 / 3, -1 / 3, -1 / 3], [1 / 3, -1 / 3, 1 / 3], [1 / 15, 2 / 15, 4 / 15],
+                 [-16 / 15, 8 / 15, -4 / 15], [0, 0, 1]]),
+}
+# A Winograd variant streams its transformed weights ((m+2)^2 / 9 times the direct ones) once per panel of
+# tiles. It pays where the weights stay cached between panels or the map has enough tiles to fill the
+# panels; elsewhere (ResNet's 7x7 maps with 512 channels, 14x14 with 256 for F(4x4)) the direct paths win.
+WINO_CACHED_WEIGHTS = 4 * 1024 * 1024
+WINO_MIN_TILE_VECTORS = 3
 
 
 def use_winograd(geo: _Geometry) -> bool:
@@ -519,54 +516,107 @@ def use_winograd(geo: _Geometry) -> bool:
             and geo.group == 1 and geo.Cg >= 16 and geo.M >= 16 and geo.OH >= 2 and geo.OW >= 2)
 
 
-def _wino_input(vx: VecIR, d: list[list]) -> list:
-    """B^T d B for a 4x4 patch of vectors (lanes = tiles): 16 vectors, index 4*i + j."""
+def winograd_tile(geo: _Geometry, vw: int) -> int:
+    """Output tile edge for this layer: 4, 2, or 0 for no Winograd. F(m x m) qualifies when its tiles fill
+    WINO_MIN_TILE_VECTORS vectors or its transformed weights fit WINO_CACHED_WEIGHTS; the larger tile
+    wins when both qualify (measured per ResNet-50 layer shape, AVX-512 and AVX2 vector widths)."""
+    if not use_winograd(geo):
+        return 0
+    tiles = {m: math.ceil(geo.OH / m) * math.ceil(geo.OW / m) for m in (4, 2)}
+    for m in (4, 2):
+        if m == 4 and tiles[4] * 36 >= tiles[2] * 16:  # small maps: 6x6 patches would compute mostly padding
+            continue
+        if tiles[m] >= WINO_MIN_TILE_VECTORS * vw or (m + 2) ** 2 * geo.Cg * geo.M * 4 <= WINO_CACHED_WEIGHTS:
+            return m
+    return 0
+
+
+def _wino_input(vx: VecIR, d: list[list], m: int) -> list:
+    """B^T d B for an (m+2) x (m+2) patch of vectors (lanes = tiles): index (m+2)*i + j."""
     b = vx.b
 
-    def rows(x0, x1, x2, x3):
+    def rows2(x0, x1, x2, x3):
         return (b.fsub(x0, x2, name="bt0"), b.fadd(x1, x2, name="bt1"), b.fsub(x2, x1, name="bt2"),
                 b.fsub(x1, x3, name="bt3"))
 
-    t = list(zip(*[rows(d[0][j], d[1][j], d[2][j], d[3][j]) for j in range(4)]))  # t[i][j]
+    def rows4(x0, x1, x2, x3, x4, x5):  # B^T rows: [1, 3/2, -2, -3/2, 1, 0], [0, -1, -5/2, -1/2, 1, 0],
+        c = vx.fconst  # [0, 1, 1/2, -5/2, 1, 0], [0, -1/2, -1, 1/2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 1, 3/2, -2, -3/2, 1]
+        d13, d42 = b.fsub(x1, x3, name="d13"), b.fsub(x4, x2, name="d42")
+        return (vx.fma(c(-2.0), x2, vx.fma(c(1.5), d13, b.fadd(x0, x4)), name="bt0"),
+                vx.fma(c(-2.5), x2, vx.fma(c(-0.5), x3, b.fsub(x4, x1)), name="bt1"),
+                vx.fma(c(0.5), x2, vx.fma(c(-2.5), x3, b.fadd(x1, x4)), name="bt2"),
+                vx.fma(c(-0.5), d13, d42, name="bt3"), vx.fma(c(2.0), d13, d42, name="bt4"),
+                vx.fma(c(-2.0), x3, vx.fma(c(-1.5), d42, b.fadd(x1, x5)), name="bt5"))
+
+    rows, a = (rows2, 4) if m == 2 else (rows4, 6)
+    t = list(zip(*[rows(*[d[i][j] for i in range(a)]) for j in range(a)]))  # t[i][j]
     out = []
-    for i in range(4):
+    for i in range(a):
         out.extend(rows(*t[i]))
     return out
 
 
-def _wino_output(vx: VecIR, m: list) -> list:
-    """A^T m A for 16 vectors m[4*i + j]: the 2x2 outputs y00, y01, y10, y11."""
+def _wino_output(vx: VecIR, mv: list, m: int) -> list:
+    """A^T M A for (m+2)^2 vectors M[(m+2)*i + j]: the m x m outputs, index m*a + c."""
     b = vx.b
 
-    def two(x0, x1, x2, x3):
-        s = b.fadd(b.fadd(x0, x1), x2, name="at0")
-        t = b.fsub(b.fsub(x1, x2), x3, name="at1")
-        return s, t
+    def out2(x0, x1, x2, x3):
+        return b.fadd(b.fadd(x0, x1), x2, name="at0"), b.fsub(b.fsub(x1, x2), x3, name="at1")
 
-    cols = [two(m[j], m[4 + j], m[8 + j], m[12 + j]) for j in range(4)]  # cols[j] = (row0[j], row1[j])
-    y0 = two(*[cols[j][0] for j in range(4)])
-    y1 = two(*[cols[j][1] for j in range(4)])
-    return [y0[0], y0[1], y1[0], y1[1]]
+    def out4(x0, x1, x2, x3, x4, x5):  # A^T rows: [1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -1/2, 0],
+        c = vx.fconst  # [0, 1, 1, 4, 1/4, 0], [0, 1, -1, 8, -1/8, 1]
+        s12, d12 = b.fadd(x1, x2, name="s12"), b.fsub(x1, x2, name="d12")
+        return (b.fadd(b.fadd(x0, s12), b.fadd(x3, x4), name="at0"),
+                vx.fma(c(2.0), x3, vx.fma(c(-0.5), x4, d12), name="at1"),
+                vx.fma(c(4.0), x3, vx.fma(c(0.25), x4, s12), name="at2"),
+                vx.fma(c(8.0), x3, vx.fma(c(-0.125), x4, b.fadd(d12, x5)), name="at3"))
+
+    rows, a = (out2, 4) if m == 2 else (out4, 6)
+    cols = [rows(*[mv[a * i + j] for i in range(a)]) for j in range(a)]  # cols[j][r] = row r, column j
+    out = []
+    for r in range(m):
+        out.extend(rows(*[cols[j][r] for j in range(a)]))
+    return out
+
+
+def _pack_winograd(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
+    """U = G g G^T as [(m+2)^2][m-block][C][MR], zero past M. Transformed in float64 one m-block at a time,
+    written straight into the float32 result (a whole-tensor float64 pass peaked at ~6x the weights)."""
+    C, M = geo.Cg, geo.M
+    wg = _WG[winograd_tile(geo, vw)]
+    taps = wg.shape[0] ** 2
+    mr, _ = choose_tile(M, vw)
+    mblocks = math.ceil(M / mr)
+    out = np.zeros((taps, mblocks, C, mr), dtype=np.float32)
+    for mb in range(mblocks):
+        rows = w[mb * mr:min(M, (mb + 1) * mr)].astype(np.float64)
+        u = np.einsum("ai,mcij,bj->abcm", wg, rows, wg).reshape(taps, C, rows.shape[0])
+        out[:, mb, :, :rows.shape[0]] = u
+    return [out.ravel(), bias]
 
 
 def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
-    """Winograd F(2x2, 3x3) with vectors over output tiles. Per panel of NR tiles a thread transforms the
-    input into 16 B panels (C x NR, gathers of the 4x4 patches), then per row block of output channels
-    runs the 16 GEMMs with the register-blocked micro-kernel (transformed weights packed
-    [16][m-block][C][MR] at compile time), keeps the 16 results in scratch, and transforms them back
-    to 2x2 pixels per tile with bias, residual and activation (scatter into NCHW)."""
+    """Winograd F(m x m, 3x3) with vectors over output tiles. Per panel of NR tiles a thread transforms the
+    input into T = (m+2)^2 B panels (C x NR, gathers of the patches), then per row block of output channels
+    runs the T GEMMs with the register-blocked micro-kernel (transformed weights packed [T][m-block][C][MR]
+    at compile time), keeps the T results in scratch, and transforms them back to m x m pixels per tile
+    with bias, residual and activation (scatter into NCHW)."""
     C, M = geo.Cg, geo.M
-    mr, nv = choose_tile(M, vw)
-    nr = nv * vw
-    th, tw = math.ceil(geo.OH / 2), math.ceil(geo.OW / 2)
+    m = winograd_tile(geo, vw)
+    a = m + 2
+    T = a * a
+    th, tw = math.ceil(geo.OH / m), math.ceil(geo.OW / m)
     tiles = th * tw
+    mr, nv = choose_tile(M, vw)
+    nv = min(nv, math.ceil(tiles / vw))  # few tiles: a narrower panel keeps the T B panels dense (in L1)
+    nr = nv * vw
     mblocks, mfull = math.ceil(M / mr), M // mr
     nblocks, nfull = math.ceil(tiles / nr), tiles // nr
     t_edge = tiles - nfull * nr
 
     packed = _pack_winograd(geo, w, bias, vw)
-    vbuf_floats = 16 * C * nr
-    mbuf_floats = 16 * mr * nr
+    vbuf_floats = T * C * nr
+    mbuf_floats = T * mr * nr
     scratch_bytes = (vbuf_floats + mbuf_floats) * 4 + 64
 
     fn = kernel_function(module, name, len(packed))
@@ -590,50 +640,47 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
 
         def run(nvec: int, last_lanes: int) -> None:
             t0v = vx.splat(t0, name="t0v")
-            patch, outpix = [], []  # per vector: [(idx, mask)] * 16 input taps, [(idx, mask)] * 4 outputs
+            # per vector: the patch origin's input index, T tap masks; the output index, m*m output masks.
+            # A tap's gather is the origin index from the plane shifted by the tap's constant offset.
+            origin, tapmask, opix, outmask = [], [], [], []
             for v in range(nvec):
                 t = b.add(t0v, b.add(vx.iota, vx.iconst(v * vw)), name=f"tile{v}")
                 ty = b.udiv(t, vx.iconst(tw), name="ty")
                 tx = b.urem(t, vx.iconst(tw), name="tx")
-                oy = b.add(ty, ty, name="oy")
-                ox = b.add(tx, tx, name="ox")
+                oy = b.mul(ty, vx.iconst(m), name="oy")
+                ox = b.mul(tx, vx.iconst(m), name="ox")
                 live = vx.lane_mask(last_lanes) if (last_lanes and v == nvec - 1) else None
-                taps = []
-                for i in range(4):
-                    iy = b.add(oy, vx.iconst(i - geo.pt), name="iy")
-                    oky = b.icmp_unsigned("<", iy, vx.iconst(geo.H), name="oky")
-                    for j in range(4):
-                        ix = b.add(ox, vx.iconst(j - geo.pl), name="ix")
-                        ok = b.and_(oky, b.icmp_unsigned("<", ix, vx.iconst(geo.W)), name="inimg")
-                        if live is not None:
-                            ok = b.and_(ok, live, name="inpanel")
-                        taps.append((b.add(b.mul(iy, vx.iconst(geo.W)), ix, name="pidx"), ok))
-                outs = []
-                for a in range(2):
-                    ya = b.add(oy, vx.iconst(a), name="ya")
-                    oka = b.icmp_unsigned("<", ya, vx.iconst(geo.OH), name="oka")
-                    for c_ in range(2):
-                        xb = b.add(ox, vx.iconst(c_), name="xb")
-                        ok = b.and_(oka, b.icmp_unsigned("<", xb, vx.iconst(geo.OW)), name="inout")
-                        if live is not None:
-                            ok = b.and_(ok, live, name="inpanel")
-                        outs.append((b.add(b.mul(ya, vx.iconst(geo.OW)), xb, name="oidx"), ok))
-                patch.append(taps)
-                outpix.append(outs)
+                oky = [b.icmp_unsigned("<", b.add(oy, vx.iconst(i - geo.pt)), vx.iconst(geo.H), name="oky")
+                       for i in range(a)]
+                okx = [b.icmp_unsigned("<", b.add(ox, vx.iconst(j - geo.pl)), vx.iconst(geo.W), name="okx")
+                       for j in range(a)]
+                if live is not None:
+                    oky = [b.and_(ok, live, name="inpanel") for ok in oky]
+                tapmask.append([b.and_(oky[i], okx[j], name="inimg") for i in range(a) for j in range(a)])
+                origin.append(b.add(b.mul(oy, vx.iconst(geo.W)), ox, name="pidx"))
+                oka = [b.icmp_unsigned("<", b.add(oy, vx.iconst(r)), vx.iconst(geo.OH), name="oka")
+                       for r in range(m)]
+                okc = [b.icmp_unsigned("<", b.add(ox, vx.iconst(c_)), vx.iconst(geo.OW), name="okc")
+                       for c_ in range(m)]
+                if live is not None:
+                    oka = [b.and_(ok, live, name="inpanel") for ok in oka]
+                outmask.append([b.and_(oka[r], okc[c_], name="inout") for r in range(m) for c_ in range(m)])
+                opix.append(b.add(b.mul(oy, vx.iconst(geo.OW)), ox, name="oidx"))
 
-            # input transform: V[xi][c][tile] into 16 panels of C x NR
+            # input transform: V[xi][c][tile] into T panels of C x NR
             lp = Loop(vx, "wino.c", 0, C)
             plane = vx.gep(x_img, vx.off((lp.i, geo.HW)), name="plane")
             for v in range(nvec):
-                d = [[vx.gather(plane, *patch[v][4 * i + j], name=f"d{i}{j}") for j in range(4)] for i in range(4)]
-                for xi, val in enumerate(_wino_input(vx, d)):
+                d = [[vx.gather(vx.gep(plane, (i - geo.pt) * geo.W + j - geo.pl), origin[v], tapmask[v][a * i + j],
+                                name=f"d{i}{j}") for j in range(a)] for i in range(a)]
+                for xi, val in enumerate(_wino_input(vx, d, m)):
                     vx.store(val, vx.gep(vbuf, vx.off((lp.i, nr), xi * C * nr + v * vw)))
             lp.close()
 
             def tile(mb, edge: bool) -> None:
                 rows = M - mfull * mr if edge else mr
-                # the 16 GEMMs, one runtime loop so the micro-kernel is emitted once
-                xl = Loop(vx, "wino.xi", 0, 16)
+                # the T GEMMs, one runtime loop so the micro-kernel is emitted once
+                xl = Loop(vx, "wino.xi", 0, T)
                 a_ptr = vx.gep(w_p, vx.off((xl.i, mblocks * C * mr), (mb, C * mr)), name="uxi")
                 b_ptr = vx.gep(vbuf, vx.off((xl.i, C * nr)), name="vxi")
                 acc = emit_tile(vx, mr=rows, nv=nvec, kc=C, a_ptr=a_ptr, a_rs=1, a_ks=mr, b_ptr=b_ptr, b_ks=nr,
@@ -652,13 +699,15 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
                 rrow = vx.gep(res_img, vx.off((chan, geo.P)), name="rrow") if has_residual else None
                 mrow = vx.gep(mbuf, vx.off((rl.i, nr)), name="mrow")
                 for v in range(nvec):
-                    m = [vx.load(vx.gep(mrow, xi * mr * nr + v * vw), name="mv") for xi in range(16)]
-                    for y, (idx, ok) in zip(_wino_output(vx, m), outpix[v]):
+                    mv = [vx.load(vx.gep(mrow, xi * mr * nr + v * vw), name="mv") for xi in range(T)]
+                    for k, y in enumerate(_wino_output(vx, mv, m)):
+                        shift = (k // m) * geo.OW + k % m
+                        ok = outmask[v][k]
                         val = vx.fadd(y, bias_v)
                         if has_residual:
-                            val = vx.fadd(val, vx.gather(rrow, idx, ok, name="res"))
+                            val = vx.fadd(val, vx.gather(vx.gep(rrow, shift), opix[v], ok, name="res"))
                         val = vx.activation(val, activation, params)
-                        vx.scatter(val, vx.ptrs(orow, idx, name="outp"), ok)
+                        vx.scatter(val, vx.ptrs(vx.gep(orow, shift), opix[v], name="outp"), ok)
                 rl.close()
 
             block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=tile)
@@ -668,51 +717,3 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     panel_walk(vx, lo=lo, hi=hi, mblocks=mblocks, body=do_panel)
     b.ret_void()
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_bytes)
-
-
-def _emit_depthwise(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
-    """One channel at a time: out[c, p..p+NV*VW) = sum over taps w[c, tap] * x[c, tap(p)], vectors of p."""
-    nvd = max(1, min(4, math.ceil(geo.P / vw)))
-    nr = nvd * vw
-    nfull = geo.P // nr
-    p_edge = geo.P - nfull * nr
-    packed = _pack_depthwise(geo, w, bias, vw)
-
-    fn = kernel_function(module, name, len(packed))
-    out_p, x_p, res_p, _scratch, w_p, bias_p = fn.args[:6]
-    tid, nthreads = fn.args[-2:]
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    vx = VecIR(module, b, vw)
-    lo, hi = U.thread_range(vx.b, geo.N * geo.C, tid, nthreads, "unit")  # units: channel planes
-
-    def run(p0, nvec: int, last_lanes: int) -> None:
-        pan = _Panel(vx, geo, p0, nvec, last_lanes)
-        sources = pan.tap_sources()
-        lane_masks = [None] * (nvec - 1) + [vx.lane_mask(last_lanes) if last_lanes else None]
-        lp = Loop(vx, "plane", lo, hi)
-        plane_i = lp.i
-        c = b.urem(plane_i, ir.Constant(I64, geo.C), name="c")
-        plane = vx.gep(x_p, vx.off((plane_i, geo.HW)), name="plane")
-        wrow = vx.gep(w_p, vx.off((c, geo.KHKW)), name="wrow")
-        acc = [vx.zero] * nvec
-        for kh, kw, per_v in sources:
-            wt = vx.load_splat(vx.gep(wrow, kh * geo.KW + kw), name=f"w{kh}_{kw}")
-            for v, (src, mask) in enumerate(per_v):
-                acc[v] = vx.fma(wt, _load_tap(vx, plane, p0, src, mask, name=f"t{kh}_{kw}"), acc[v])
-        bias_v = vx.load_splat(vx.gep(bias_p, c), name="bias")
-        obase = vx.off((plane_i, geo.P), p0)
-        for v in range(nvec):
-            val = vx.fadd(acc[v], bias_v)
-            if has_residual:
-                val = vx.fadd(val, vx.load(vx.gep(res_p, vx.off(obase, v * vw)), lane_masks[v], name="res"))
-            vx.store(vx.activation(val, activation, params), vx.gep(out_p, vx.off(obase, v * vw)), lane_masks[v])
-        lp.close()
-
-    if nfull:
-        lp = Loop(vx, "dwpanel", 0, nfull)
-        run(b.mul(lp.i, ir.Constant(I64, nr), name="p0"), nvd, 0)
-        lp.close()
-    if p_edge:
-        run(ir.Constant(I64, nfull * nr), math.ceil(p_edge / vw), p_edge % vw)
-    b.ret_void()
-    return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=0)

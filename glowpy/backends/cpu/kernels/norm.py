@@ -11,6 +11,7 @@ from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.kernels.elementwise import broadcast_strides
+from glowpy.backends.cpu.vector import PTR, Loop, VecIR
 
 _REASSOC = ("reassoc", "contract")
 
@@ -72,6 +73,71 @@ def emit_softmax(module: ir.Module, name: str, dtype: np.dtype, shape: tuple[int
                 U.store(b, out, p, r if r.type == U.compute_type(dt) else b.fptrunc(r, U.compute_type(dt)), dt)
 
     U.nest(b, [outer, inner], [[0, 0]], [U.i64(0)], row, split=(tid, nt), name="sm")
+    b.ret_void()
+    return fn
+
+
+def emit_softmax_rows(module: ir.Module, name: str, rows: int, n: int, vector_width: int) -> ir.Function:
+    """void name(out, x, tid, nthreads): float32 softmax along the last axis of a (rows, n) block, in
+    vectors: a NaN-propagating row max, exp(x - max) stored while its sum accumulates, one scale by
+    1 / sum. Lanes past n are masked. A row holding NaN (or only -inf) gives NaN, as exp(x - max) does."""
+    params = [("out", PTR), ("x", PTR), ("tid", U.I32), ("nthreads", U.I32)]
+    fn, b = U.new_function(module, name, params)
+    out, x, tid, nt = fn.args
+    if rows * n == 0:
+        b.ret_void()
+        return fn
+    vx = VecIR(module, b, vector_width)
+    vw = vector_width
+    full, tail = divmod(n, vw)
+    tmask = vx.lane_mask(tail) if tail else None
+    vmax = vx.intrinsic(f"llvm.maximum.v{vw}f32", vx.vty, [vx.vty, vx.vty])
+    ninf = vx.fconst(-math.inf)
+
+    def lanes(v, op):
+        acc = b.extract_element(v, ir.Constant(U.I32, 0))
+        for i in range(1, vw):
+            acc = op(acc, b.extract_element(v, ir.Constant(U.I32, i)))
+        return acc
+
+    def vloop(label, carried, body):
+        """body(ptr offset, mask, carried) -> new carried, over the row's full vectors then its tail."""
+        lp = Loop(vx, label, 0, full, carried=carried)
+        vals = body(b.mul(lp.i, U.i64(vw)), None, lp.vals)
+        vals = lp.close(vals)
+        return body(U.i64(full * vw), tmask, vals) if tail else vals
+
+    lo, hi = U.thread_range(b, rows, tid, nt, "rows")
+    rl = Loop(vx, "row", lo, hi)
+    base = b.mul(rl.i, U.i64(n), name="row.base")
+    xr, outr = vx.gep(x, base, name="xrow"), vx.gep(out, base, name="outrow")
+
+    def load_x(off, mask, fill):
+        v = vx.load(vx.gep(xr, off), mask)
+        return v if mask is None else b.select(mask, v, fill)
+
+    (mv,) = vloop("max", [ninf], lambda off, mask, c: [b.call(vmax, [c[0], load_x(off, mask, ninf)])])
+    m = vx.splat(lanes(mv, lambda a, c: U.fmax_nan(b, a, c)), name="rowmax")
+
+    def expo(off, mask, c):
+        d = vx.fsub(load_x(off, mask, ninf), m)
+        e = vx.exp(d)
+        # exp clamps its argument: NaN (a NaN row, or -inf - -inf) stays NaN, -inf gives 0
+        e = b.select(b.fcmp_unordered("uno", d, d), d, e)
+        e = b.select(b.fcmp_ordered("==", d, ninf), vx.zero, e)
+        vx.store(e, vx.gep(outr, off), mask)
+        return [vx.fadd(c[0], e if mask is None else b.select(mask, e, vx.zero))]
+
+    (sv,) = vloop("exp", [vx.zero], expo)
+    inv = vx.fdiv(vx.fconst(1.0), vx.splat(lanes(sv, lambda a, c: b.fadd(a, c)), name="rowsum"), name="inv")
+
+    def scale(off, mask, c):
+        p = vx.gep(outr, off)
+        vx.store(vx.fmul(vx.load(p, mask), inv), p, mask)
+        return []
+
+    vloop("scale", [], scale)
+    rl.close()
     b.ret_void()
     return fn
 

@@ -1,0 +1,241 @@
+"""Depthwise Conv2D kernel (group == C == M, NCHW, float32), any kernel size, stride and dilation.
+
+Per channel plane, the input is first copied into a per-thread scratch image with its zero padding
+and, for a horizontal stride s > 1, its columns split into s phase planes (column c of the padded row
+goes to phase c % s at c // s; stride 2 deinterleaves with one shuffle per vector pair). Every tap of
+every output vector is then one contiguous unmasked load: no gathers, no per-tap masks. The plane is
+computed in blocks of R output rows x NV vectors of output columns; each input row vector is loaded
+once per block and feeds every output row of the block it touches (register reuse across kh), with
+R x NV independent fma chains. The fused epilogue (bias, residual, activation) runs on the
+accumulators; only the last column vector of a row is stored with a mask.
+
+Maps narrower than half a vector (7x7 at 16 lanes) are computed flat instead: vectors over the padded
+plane's flat index (the lanes at row ends are computed and dropped), the rows then copied out.
+
+The padding of the scratch is zeroed once per call; plane copies overwrite only the interior (their
+masked-off lanes store zeros into the right padding). Contract as in conv.py: threads split the
+channel planes in contiguous ranges; `out` may be the residual buffer (each output element is read as
+residual just before it is written, by the same thread).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+from llvmlite import ir
+
+from glowpy.backends.cpu import irutil as U
+from glowpy.backends.cpu.vector import I32, I64, PTR, Loop, VecIR
+
+from .common import KernelInfo
+from .gemm import kernel_function
+
+if TYPE_CHECKING:
+    from .conv import _Geometry
+
+# Accumulator vectors per block (R x NV): 32 registers on AVX-512 leave room for loads and weights,
+# 16 on AVX2.
+_ACC_BUDGET = {16: 8, 8: 6, 4: 6}
+
+
+def pack_depthwise(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
+    """Weights as [channel][kh][kw] and the bias (what emit_depthwise reads)."""
+    return [np.ascontiguousarray(w.reshape(geo.M, geo.KHKW), dtype=np.float32).ravel(),
+            np.ascontiguousarray(bias, dtype=np.float32)]
+
+
+class _Plan:
+    """The scratch image's geometry and the register blocking of one depthwise conv."""
+
+    def __init__(self, geo: _Geometry, vw: int, has_residual: bool) -> None:
+        self.s = s = geo.sw
+        self.hp = geo.pt + geo.H + geo.pb
+        wp = geo.pl + geo.W + geo.pr
+        self.chunk = s * vw  # input columns per copy step
+        self.nchunks = math.ceil(geo.W / self.chunk)
+        self.ncv = math.ceil(geo.OW / vw)  # column vectors per output row
+        # A phase row holds every stored column (the copy writes whole vectors) and every loaded one.
+        self.wq = max(math.ceil(wp / s), (geo.pl + s - 1) // s + self.nchunks * vw,
+                      self.ncv * vw + (geo.KW - 1) * geo.dw // s)
+        self.phase = self.hp * self.wq
+        self.floats = math.ceil(s * self.phase / vw) * vw
+        self.nv = 2 if self.ncv >= 2 else 1
+        self.rows = max(1, min(geo.OH, _ACC_BUDGET[vw] // self.nv))
+        # Maps narrower than half a vector (7x7 at 16 lanes) run flat: vectors over the padded plane's
+        # flat index, row ends included (their lanes are computed and dropped), then rows copied out.
+        self.flat = False
+        if s == 1 and geo.sh == 1 and not has_residual and 2 * geo.OW <= vw:
+            self.nq = math.ceil(geo.OH * wp / vw)
+            if self.nq <= _ACC_BUDGET[vw]:
+                self.flat, self.wq = True, wp
+                self.phase = self.hp * wp
+                reach = self.nq * vw + (geo.KH - 1) * geo.dh * wp + (geo.KW - 1) * geo.dw
+                spill = (geo.pt + geo.H - 1) * wp + geo.pl + self.nchunks * vw
+                self.out_at = math.ceil(max(reach, spill, self.phase) / vw) * vw
+                self.floats = self.out_at + self.nq * vw
+
+
+def emit_depthwise(module: ir.Module, name: str, geo: _Geometry, w, bias, activation: str, params,
+                   has_residual: bool, vw: int) -> KernelInfo:
+    """out[c] = act(depthwise_conv(x[c], w[c]) + bias[c] [+ residual[c]]) for every (image, channel)."""
+    plan = _Plan(geo, vw, has_residual)
+    packed = pack_depthwise(geo, w, bias, vw)
+    fn = kernel_function(module, name, len(packed))
+    out_p, x_p, res_p, scratch_p, w_p, bias_p = fn.args[:6]
+    tid, nthreads = fn.args[-2:]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    vx = VecIR(module, b, vw)
+    lo, hi = U.thread_range(b, geo.N * geo.C, tid, nthreads, "unit")  # units: channel planes
+
+    raw = b.ptrtoint(scratch_p, I64, name="scratch.addr")
+    up = b.add(raw, ir.Constant(I64, 63), name="scratch.up")
+    scr = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="scratch")
+    zl = Loop(vx, "zero", 0, plan.floats // vw)
+    vx.store(vx.zero, vx.gep(scr, vx.off((zl.i, vw))))
+    zl.close()
+
+    lp = Loop(vx, "plane", lo, hi)
+    plane_i = lp.i
+    c = b.urem(plane_i, ir.Constant(I64, geo.C), name="c")
+    x_plane = vx.gep(x_p, vx.off((plane_i, geo.HW)), name="x.plane")
+    _copy_plane(vx, geo, plan, x_plane, scr)
+    wrow = vx.gep(w_p, vx.off((c, geo.KHKW)), name="wrow")
+    weights = [[vx.load_splat(vx.gep(wrow, kh * geo.KW + kw), name=f"w{kh}_{kw}") for kw in range(geo.KW)]
+               for kh in range(geo.KH)]
+    bias_v = vx.load_splat(vx.gep(bias_p, c), name="bias")
+    o_plane = vx.off((plane_i, geo.P))
+    ctx = (vx, geo, plan, scr, weights, bias_v, out_p, res_p if has_residual else None, o_plane, activation,
+           params)
+    if plan.flat:
+        _flat(ctx)
+    else:
+        _row_blocks(ctx)
+    lp.close()
+    b.ret_void()
+    return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=plan.floats * 4 + 64)
+
+
+def _copy_plane(vx: VecIR, geo: _Geometry, plan: _Plan, x_plane, scr) -> None:
+    """The interior of the scratch image (all phases) from one input plane."""
+    vw, s = vx.vw, plan.s
+    rl = Loop(vx, "copy.row", 0, geo.H)
+    src_row = vx.gep(x_plane, vx.off((rl.i, geo.W)), name="src.row")
+    dst_row = vx.gep(scr, vx.off((rl.i, plan.wq), geo.pt * plan.wq), name="dst.row")
+    full = geo.W // plan.chunk
+
+    def chunk(k, lanes_left: int | None) -> None:
+        x0 = vx.off((k, plan.chunk))
+        vecs = []
+        for t in range(s):
+            n = None if lanes_left is None else max(0, min(vw, lanes_left - t * vw))
+            if n == 0:
+                vecs.append(vx.zero)
+                continue
+            mask = None if n is None or n == vw else vx.lane_mask(n)
+            vecs.append(vx.load(vx.gep(src_row, vx.off(x0, t * vw)), mask, name="src"))
+        for r in range(s):  # input columns x0 + s*k + r -> phase (pl + r) % s, column (pl + r) // s + x0 / s
+            val = vecs[0] if s == 1 else _phase_lanes(vx, vecs, r, s)
+            q, j = (geo.pl + r) % s, (geo.pl + r) // s
+            dst = vx.gep(dst_row, vx.off((k, vw), q * plan.phase + j), name="dst")
+            vx.store(val, dst)
+
+    if full:
+        cl = Loop(vx, "copy.chunk", 0, full)
+        chunk(cl.i, None)
+        cl.close()
+    if geo.W % plan.chunk:
+        chunk(full, geo.W % plan.chunk)
+    rl.close()
+
+
+def _phase_lanes(vx: VecIR, vecs: list, r: int, s: int):
+    """Lanes r, r + s, r + 2s, ... of the concatenation of `vecs` (s vectors)."""
+    b, vw = vx.b, vx.vw
+    picks = [r + s * k for k in range(vw)]
+    if s == 2:
+        return b.shuffle_vector(vecs[0], vecs[1], ir.Constant(vx.ity, picks), name=f"phase{r}")
+    out = ir.Constant(vx.vty, ir.Undefined)
+    for k, p in enumerate(picks):
+        e = b.extract_element(vecs[p // vw], ir.Constant(I32, p % vw))
+        out = b.insert_element(out, e, ir.Constant(I32, k))
+    return out
+
+
+def _row_blocks(ctx) -> None:
+    vx, geo, plan = ctx[0], ctx[1], ctx[2]
+    b = vx.b
+    full, edge = geo.OH // plan.rows, geo.OH % plan.rows
+    if full:
+        rl = Loop(vx, "rowblock", 0, full)
+        _col_blocks(ctx, b.mul(rl.i, ir.Constant(I64, plan.rows), name="oh0"), plan.rows)
+        rl.close()
+    if edge:
+        _col_blocks(ctx, ir.Constant(I64, full * plan.rows), edge)
+
+
+def _col_blocks(ctx, oh0, rows: int) -> None:
+    vx, geo, plan = ctx[0], ctx[1], ctx[2]
+    b, vw = vx.b, vx.vw
+    full_vecs = geo.OW // vw
+    tail = geo.OW % vw
+    steps = full_vecs // plan.nv
+    if steps:
+        cl = Loop(vx, "colblock", 0, steps)
+        _block(ctx, oh0, b.mul(cl.i, ir.Constant(I64, plan.nv * vw), name="ow0"), rows, plan.nv, 0)
+        cl.close()
+    left = full_vecs - steps * plan.nv + (1 if tail else 0)
+    if left:
+        _block(ctx, oh0, ir.Constant(I64, steps * plan.nv * vw), rows, left, tail)
+
+
+def _block(ctx, oh0, ow0, rows: int, nvec: int, tail: int) -> None:
+    """Output rows [oh0, oh0 + rows) x nvec column vectors from ow0 (the last one has `tail` lanes if
+    nonzero)."""
+    vx, geo, plan, scr, weights, bias_v, out_p, res_p, o_plane, activation, params = ctx
+    b, vw, s = vx.b, vx.vw, plan.s
+    acc = [[vx.zero] * nvec for _ in range(rows)]
+    row0 = vx.gep(scr, vx.off((b.mul(oh0, ir.Constant(I64, geo.sh)), plan.wq), ow0), name="blk")
+    by_row: dict[int, list[tuple[int, int]]] = {}  # input row offset -> (output row, kh) it feeds
+    for r in range(rows):
+        for kh in range(geo.KH):
+            by_row.setdefault(r * geo.sh + kh * geo.dh, []).append((r, kh))
+    for d in sorted(by_row):
+        for kw in range(geo.KW):
+            q, jo = (kw * geo.dw) % s, (kw * geo.dw) // s
+            for v in range(nvec):
+                x = vx.load(vx.gep(row0, d * plan.wq + q * plan.phase + jo + v * vw), name=f"x{d}_{kw}")
+                for r, kh in by_row[d]:
+                    acc[r][v] = vx.fma(weights[kh][kw], x, acc[r][v])
+    mask = vx.lane_mask(tail) if tail else None
+    for r in range(rows):
+        orow = vx.off(o_plane, (b.add(oh0, ir.Constant(I64, r)), geo.OW), ow0)
+        for v in range(nvec):
+            m = mask if v == nvec - 1 else None
+            val = vx.fadd(acc[r][v], bias_v)
+            dst = vx.off(orow, v * vw)
+            if res_p is not None:
+                val = vx.fadd(val, vx.load(vx.gep(res_p, dst), m, name="res"))
+            vx.store(vx.activation(val, activation, params), vx.gep(out_p, dst), m)
+
+
+def _flat(ctx) -> None:
+    """The whole (small) plane as nq vectors over the padded plane's flat index, then each output row
+    copied out of the scratch (no residual on this path)."""
+    vx, geo, plan, scr, weights, bias_v, out_p, _res, o_plane, activation, params = ctx
+    vw = vx.vw
+    acc = [vx.zero] * plan.nq
+    for kh in range(geo.KH):
+        for kw in range(geo.KW):
+            off = kh * geo.dh * plan.wq + kw * geo.dw
+            for v in range(plan.nq):
+                x = vx.load(vx.gep(scr, off + v * vw), name=f"x{kh}_{kw}")
+                acc[v] = vx.fma(weights[kh][kw], x, acc[v])
+    oscr = vx.gep(scr, plan.out_at, name="flat.out")
+    for v in range(plan.nq):
+        vx.store(vx.activation(vx.fadd(acc[v], bias_v), activation, params), vx.gep(oscr, v * vw))
+    mask = vx.lane_mask(geo.OW)
+    for oh in range(geo.OH):
+        row = vx.load(vx.gep(oscr, oh * plan.wq), mask, name="row")
+        vx.store(row, vx.gep(out_p, vx.off(o_plane, oh * geo.OW)), mask)

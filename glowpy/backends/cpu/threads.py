@@ -1,0 +1,311 @@
+"""The persistent thread pool of a threaded program, as LLVM IR in the entry's module.
+
+The pool lives in a block of the program's arena (`pool_bytes`, planned live for the whole run, so no
+buffer ever overlaps it), so each arena (each executable, each bundle model) has its own pool and
+nothing is global:
+
+    { shared, live, pid, stop, sleepers, started, handles[N-1], contexts[N-1] }
+
+`shared` is what every thread's `glowpy.worker(shared, tid)` reads: the run's weights, arena, inputs
+and outputs, the thread count, the barrier (count, generation) and `run`, the run generation.
+
+- **start**: the first run of an arena (or the first after a release, or the first in a forked child:
+  `pid` differs) creates N-1 pthreads; a thread that fails to start is not counted, and the work is
+  split over the threads that did start (`shared.nthreads`).
+- **a run**: the caller publishes the pointers, bumps `run` and wakes sleepers (FUTEX_WAKE, only when a
+  thread is parked), then runs as thread 0. The worker ends with a barrier whenever threads other than
+  0 wrote since the last one, so the run is complete when thread 0 returns.
+- **between runs**: a thread spins on `run` for SPIN_BEFORE_PARK pauses (back-to-back runs never sleep),
+  then parks in FUTEX_WAIT on it (the `sleepers` count and the kernel's recheck of `run` make a wake-up
+  impossible to miss: both sides use sequentially consistent operations).
+- **release** (`glowpy_release(arena)`, exported): sets `stop`, wakes and joins every thread. The host
+  calls it before it frees the arena or the code (CpuExecutable's finalizer, a bundle's free); a later
+  run starts a new pool. No run may be in flight on that arena meanwhile (hosts serialize runs per arena).
+
+Where there is no futex (not Linux on x86-64 / AArch64), parking is a `sched_yield` loop.
+"""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from glowpy.backends.cpu import irutil as U
+from glowpy.backends.cpu.target import HostTarget
+
+RELEASE = "glowpy_release"
+POOL_KEY = ("pool",)
+SPIN_BEFORE_YIELD = 100  # barrier: pauses before sched_yield (a pause is ~25-40 ns on Zen 3-5)
+YIELDS_BEFORE_PARK = 16  # barrier: sched_yields before the futex wait
+SPIN_BEFORE_PARK = 4000  # between runs: pauses (~0.1-0.2 ms) before the futex wait
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
+SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
+
+# weights, arena, inputs, outputs, nthreads, barrier count, barrier generation, run generation,
+# threads parked in the barrier
+SHARED = ir.LiteralStructType([U.I8P.as_pointer(), U.I8P, U.I8P.as_pointer(), U.I8P.as_pointer()] + [U.I32] * 5)
+THREAD_CTX = ir.LiteralStructType([SHARED.as_pointer(), U.I32])
+NTHREADS, COUNT, GEN, RUN, BARRIER_SLEEPERS = 4, 5, 6, 7, 8  # SHARED fields
+LIVE, PID, STOP, SLEEPERS, STARTED, HANDLES, CONTEXTS = 1, 2, 3, 4, 5, 7, 8  # POOL fields
+
+
+def pool_type(nthreads: int) -> ir.LiteralStructType:
+    extra = max(nthreads - 1, 1)
+    return ir.LiteralStructType([SHARED] + [U.I32] * 6 + [ir.ArrayType(U.I64, extra), ir.ArrayType(THREAD_CTX, extra)])
+
+
+def pool_bytes(nthreads: int, data_layout: str) -> int:
+    return pool_type(nthreads).get_abi_size(llvm.create_target_data(data_layout))
+
+
+def field(b: ir.IRBuilder, ptr: ir.Value, *path: int, name: str = "") -> ir.Value:
+    return b.gep(ptr, [U.i32(0)] + [U.i32(i) for i in path], inbounds=True, name=name)
+
+
+def _pause(b: ir.IRBuilder, target: HostTarget) -> None:
+    if target.triple.startswith(("x86_64", "i686", "i386")):
+        b.call(U.declare(b.module, "llvm.x86.sse2.pause", U.VOID, []), [])
+
+
+def _internal(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    fn = ir.Function(module, ir.FunctionType(ret, args), name=name)
+    fn.linkage = "internal"
+    return fn
+
+
+def _futex(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Function]:
+    """(glowpy.park(i32* word, i32 seen): sleep while *word == seen; glowpy.wake(i32* word): wake all)."""
+    if "glowpy.park" in module.globals:
+        return module.globals["glowpy.park"], module.globals["glowpy.wake"]
+    park = _internal(module, "glowpy.park", U.VOID, [U.I32.as_pointer(), U.I32])
+    wake = _internal(module, "glowpy.wake", U.VOID, [U.I32.as_pointer()])
+    number = SYS_FUTEX.get(target.triple.split("-")[0]) if "linux" in target.triple else None
+    pb, wb = ir.IRBuilder(park.append_basic_block("entry")), ir.IRBuilder(wake.append_basic_block("entry"))
+    if number is None:
+        pb.call(U.declare(module, "sched_yield", U.I32, []), [])
+    else:
+        syscall = module.globals.get("syscall") or ir.Function(
+            module, ir.FunctionType(U.I64, [U.I64], var_arg=True), name="syscall")
+        for b, fn, op, value in ((pb, park, FUTEX_WAIT_PRIVATE, None), (wb, wake, FUTEX_WAKE_PRIVATE, 0x7FFFFFFF)):
+            word = b.bitcast(fn.args[0], U.I8P)
+            val = b.zext(fn.args[1], U.I64) if value is None else U.i64(value)
+            b.call(syscall, [U.i64(number), word, U.i64(op), val, ir.Constant(U.I8P, None)])
+    pb.ret_void()
+    wb.ret_void()
+    return park, wake
+
+
+def emit_barrier(module: ir.Module, target: HostTarget) -> ir.Function:
+    """void glowpy.barrier(i32* shared_count, i32* gen, i32 n, i32* sleepers): the last thread to arrive
+    bumps the generation (and wakes sleepers); the others spin with `pause`, then `sched_yield`, then
+    park on the generation (so an overloaded host gives their core to the thread they wait for)."""
+    fn = _internal(module, "glowpy.barrier", U.VOID, [U.I32.as_pointer(), U.I32.as_pointer(), U.I32,
+                                                      U.I32.as_pointer()])
+    park, wake = _futex(module, target)
+    count, gen, n, sleepers = fn.args
+    count.name, gen.name, n.name, sleepers.name = "count", "gen", "n", "sleepers"
+    blocks = ("entry", "arrive", "last", "wake", "wait", "relax", "pause", "backoff", "yield", "park", "done")
+    entry, arrive, last, wake_bb, wait, relax, pause_bb, backoff, yield_bb, park_bb, done = (
+        fn.append_basic_block(x) for x in blocks)
+    b = ir.IRBuilder(entry)
+    b.cbranch(b.icmp_signed("<=", n, U.i32(1)), done, arrive)
+    b.position_at_end(arrive)
+    g0 = b.load_atomic(gen, "acquire", 4, name="gen0")
+    c = b.atomic_rmw("add", count, U.i32(1), "acq_rel", name="arrived")
+    b.cbranch(b.icmp_signed("==", c, b.sub(n, U.i32(1))), last, wait)
+    b.position_at_end(last)
+    b.store_atomic(U.i32(0), count, "monotonic", 4)
+    b.atomic_rmw("add", gen, U.i32(1), "seq_cst")
+    asleep = b.load_atomic(sleepers, "seq_cst", 4, name="asleep")
+    b.cbranch(b.icmp_unsigned("!=", asleep, U.i32(0)), wake_bb, done)
+    b.position_at_end(wake_bb)
+    b.call(wake, [gen])
+    b.branch(done)
+    b.position_at_end(wait)
+    spins = b.phi(U.I32, name="spins")
+    spins.add_incoming(U.i32(0), arrive)
+    g1 = b.load_atomic(gen, "acquire", 4, name="gen1")
+    b.cbranch(b.icmp_unsigned("!=", g1, g0), done, relax)
+    b.position_at_end(relax)
+    b.cbranch(b.icmp_unsigned("<", spins, U.i32(SPIN_BEFORE_YIELD)), pause_bb, backoff)
+    b.position_at_end(pause_bb)
+    _pause(b, target)
+    spins.add_incoming(b.add(spins, U.i32(1), name="spins.next"), pause_bb)
+    b.branch(wait)
+    b.position_at_end(backoff)
+    b.cbranch(b.icmp_unsigned("<", spins, U.i32(SPIN_BEFORE_YIELD + YIELDS_BEFORE_PARK)), yield_bb, park_bb)
+    b.position_at_end(yield_bb)
+    b.call(U.declare(module, "sched_yield", U.I32, []), [])
+    spins.add_incoming(b.add(spins, U.i32(1), name="yields.next"), yield_bb)
+    b.branch(wait)
+    b.position_at_end(park_bb)
+    b.atomic_rmw("add", sleepers, U.i32(1), "seq_cst")
+    b.call(park, [gen, g0])
+    b.atomic_rmw("sub", sleepers, U.i32(1), "seq_cst")
+    spins.add_incoming(spins, park_bb)
+    b.branch(wait)
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
+
+
+def _emit_thread(module: ir.Module, target: HostTarget, worker: ir.Function, park: ir.Function,
+                 pool_ty: ir.Type) -> ir.Function:
+    """i8* glowpy.thread(ctx): wait for the next run (spin, then park), run the worker; exit on stop."""
+    fn = _internal(module, "glowpy.thread", U.I8P, [U.I8P])
+    entry, loop, wait, relax, pause_bb, park_bb, got, work, leave = (
+        fn.append_basic_block(x) for x in ("entry", "loop", "wait", "relax", "pause", "park", "got", "work", "exit"))
+    b = ir.IRBuilder(entry)
+    ctx = b.bitcast(fn.args[0], THREAD_CTX.as_pointer(), name="ctx")
+    shared = b.load(field(b, ctx, 0), name="shared")
+    tid = b.load(field(b, ctx, 1), name="tid")
+    pool = b.bitcast(shared, pool_ty.as_pointer(), name="pool")
+    run = field(b, shared, RUN, name="run.addr")
+    sleepers = field(b, pool, SLEEPERS, name="sleepers.addr")
+    b.branch(loop)
+    b.position_at_end(loop)
+    seen = b.phi(U.I32, name="seen")
+    seen.add_incoming(U.i32(0), entry)
+    b.branch(wait)
+    b.position_at_end(wait)
+    spins = b.phi(U.I32, name="spins")
+    spins.add_incoming(U.i32(0), loop)
+    now = b.load_atomic(run, "acquire", 4, name="run")
+    b.cbranch(b.icmp_unsigned("!=", now, seen), got, relax)
+    b.position_at_end(relax)
+    b.cbranch(b.icmp_unsigned("<", spins, U.i32(SPIN_BEFORE_PARK)), pause_bb, park_bb)
+    b.position_at_end(pause_bb)
+    _pause(b, target)
+    spins.add_incoming(b.add(spins, U.i32(1), name="spins.next"), pause_bb)
+    b.branch(wait)
+    b.position_at_end(park_bb)
+    b.atomic_rmw("add", sleepers, U.i32(1), "seq_cst")
+    b.call(park, [run, seen])
+    b.atomic_rmw("sub", sleepers, U.i32(1), "seq_cst")
+    spins.add_incoming(spins, park_bb)
+    b.branch(wait)
+    b.position_at_end(got)
+    stop = b.load_atomic(field(b, pool, STOP), "acquire", 4, name="stop")
+    b.cbranch(b.icmp_unsigned("!=", stop, U.i32(0)), leave, work)
+    b.position_at_end(work)
+    b.call(worker, [shared, tid])
+    seen.add_incoming(now, work)
+    b.branch(loop)
+    b.position_at_end(leave)
+    b.ret(ir.Constant(U.I8P, None))
+    return fn
+
+
+def emit_pool(module: ir.Module, target: HostTarget, worker: ir.Function, nthreads: int,
+              offset: int) -> ir.Function:
+    """The pool's functions; returns i32 glowpy.pool.run(i8** weights, i8* arena, i8** inputs,
+    i8** outputs): starts the pool if needed, publishes the run and wakes the threads; returns the
+    thread count (the caller then runs the worker as thread 0). Also defines the exported
+    `glowpy_release(i8* arena)`."""
+    pool_ty = pool_type(nthreads)
+    extra = nthreads - 1
+    park, wake = _futex(module, target)
+    thread = _emit_thread(module, target, worker, park, pool_ty)
+    getpid = U.declare(module, "getpid", U.I32, [])
+    i8pp = U.I8P.as_pointer()
+
+    def pool_of(b: ir.IRBuilder, arena: ir.Value) -> ir.Value:
+        return b.bitcast(b.gep(arena, [U.i64(offset)], inbounds=True), pool_ty.as_pointer(), name="pool")
+
+    def ours(b: ir.IRBuilder, pool: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(this process's pool is running, getpid())"""
+        pid = b.call(getpid, [], name="pid")
+        live = b.icmp_unsigned("!=", b.load(field(b, pool, LIVE), name="live"), U.i32(0))
+        same = b.icmp_signed("==", b.load(field(b, pool, PID), name="owner"), pid)
+        return b.and_(live, same, name="ours"), pid
+
+    fn = _internal(module, "glowpy.pool.run", U.I32, [i8pp, U.I8P, i8pp, i8pp])
+    for a, name in zip(fn.args, ("weights", "arena", "inputs", "outputs")):
+        a.name = name
+    entry, create, spawn, spawned, created, publish, wake_bb, done = (
+        fn.append_basic_block(x) for x in ("entry", "create", "spawn", "spawned", "created", "publish", "wake",
+                                           "done"))
+    b = ir.IRBuilder(entry)
+    pool = pool_of(b, fn.args[1])
+    shared = field(b, pool, 0, name="shared")
+    running, pid = ours(b, pool)
+    b.cbranch(running, publish, create)
+
+    b.position_at_end(create)  # a fresh pool: no thread of this arena is alive in this process
+    for i in (RUN, COUNT, GEN, BARRIER_SLEEPERS):
+        b.store(U.i32(0), field(b, shared, i))
+    for i in (STOP, SLEEPERS, STARTED):
+        b.store(U.i32(0), field(b, pool, i))
+    pcreate = U.declare(module, "pthread_create", U.I32, [U.I64.as_pointer(), U.I8P, U.I8P, U.I8P])
+    b.branch(spawn)
+    b.position_at_end(spawn)
+    t = b.phi(U.I32, name="t")
+    t.add_incoming(U.i32(0), create)
+    ctx = field(b, pool, CONTEXTS, 0, name="ctx0")
+    ctx = b.gep(ctx, [b.zext(t, U.I64)], inbounds=True, name="ctx")
+    b.store(shared, field(b, ctx, 0))
+    b.store(b.add(t, U.i32(1)), field(b, ctx, 1))
+    handle = b.gep(field(b, pool, HANDLES, 0), [b.zext(t, U.I64)], inbounds=True, name="handle")
+    rc = b.call(pcreate, [handle, ir.Constant(U.I8P, None), b.bitcast(thread, U.I8P), b.bitcast(ctx, U.I8P)],
+                name="rc")
+    b.cbranch(b.icmp_signed("==", rc, U.i32(0)), spawned, created)
+    b.position_at_end(spawned)
+    t1 = b.add(t, U.i32(1), name="t.next")
+    t.add_incoming(t1, spawned)
+    b.store(t1, field(b, pool, STARTED))
+    b.cbranch(b.icmp_signed("<", t1, U.i32(extra)), spawn, created)
+    b.position_at_end(created)
+    started = b.load(field(b, pool, STARTED), name="started")
+    b.store(b.add(started, U.i32(1)), field(b, shared, NTHREADS))
+    b.store(pid, field(b, pool, PID))
+    b.store(U.i32(1), field(b, pool, LIVE))
+    b.branch(publish)
+
+    b.position_at_end(publish)
+    for i, a in enumerate(fn.args):
+        b.store(a, field(b, shared, i))
+    b.atomic_rmw("add", field(b, shared, RUN), U.i32(1), "seq_cst")
+    asleep = b.load_atomic(field(b, pool, SLEEPERS), "seq_cst", 4, name="asleep")
+    b.cbranch(b.icmp_unsigned("!=", asleep, U.i32(0)), wake_bb, done)
+    b.position_at_end(wake_bb)
+    b.call(wake, [field(b, shared, RUN)])
+    b.branch(done)
+    b.position_at_end(done)
+    b.ret(b.load(field(b, shared, NTHREADS), name="nthreads"))
+
+    release = ir.Function(module, ir.FunctionType(U.VOID, [U.I8P]), name=RELEASE)
+    release.args[0].name = "arena"
+    entry, stop, join, joined, out = (release.append_basic_block(x) for x in ("entry", "stop", "join", "joined", "out"))
+    b = ir.IRBuilder(entry)
+    pool = pool_of(b, release.args[0])
+    shared = field(b, pool, 0, name="shared")
+    running, _ = ours(b, pool)
+    b.cbranch(running, stop, out)
+    b.position_at_end(stop)
+    b.store_atomic(U.i32(1), field(b, pool, STOP), "release", 4)
+    b.atomic_rmw("add", field(b, shared, RUN), U.i32(1), "seq_cst")
+    b.call(wake, [field(b, shared, RUN)])
+    started = b.load(field(b, pool, STARTED), name="started")
+    pjoin = U.declare(module, "pthread_join", U.I32, [U.I64, U.I8P.as_pointer()])
+    b.cbranch(b.icmp_signed(">", started, U.i32(0)), join, joined)
+    b.position_at_end(join)
+    t = b.phi(U.I32, name="t")
+    t.add_incoming(U.i32(0), stop)
+    h = b.load(b.gep(field(b, pool, HANDLES, 0), [b.zext(t, U.I64)], inbounds=True), name="handle")
+    b.call(pjoin, [h, ir.Constant(U.I8P.as_pointer(), None)])
+    t1 = b.add(t, U.i32(1), name="t.next")
+    t.add_incoming(t1, join)
+    b.cbranch(b.icmp_signed("<", t1, started), join, joined)
+    b.position_at_end(joined)
+    b.store(U.i32(0), field(b, pool, LIVE))
+    b.branch(out)
+    b.position_at_end(out)
+    b.ret_void()
+    return fn
+
+
+def emit_no_pool(module: ir.Module) -> None:
+    """`glowpy_release` of a program that starts no threads: nothing to do."""
+    fn = ir.Function(module, ir.FunctionType(U.VOID, [U.I8P]), name=RELEASE)
+    fn.args[0].name = "arena"
+    ir.IRBuilder(fn.append_basic_block("entry")).ret_void()
