@@ -6,14 +6,20 @@ Every product is one shape: out[r, p] = sum_k (x[k, p] - xz) * (w[r, k] - wz[r])
 of a matmul's A). The activations are the unsigned vector operand, the weights the signed broadcast
 operand: int8 activations are flipped to uint8 (x ^ 0x80, zero point + 128) and uint8 weights to int8
 (w - 128, zero point - 128) at no cost to exactness. Per thread and column panel of NR = NV * VW
-columns, the activations are packed into scratch as [K/4][NR][4] bytes (im2col from per-column and
-per-reduction offset tables, padding = xz, the K tail 0); weights are packed at compile time as
-[R/MR][K/4][MR][4]. The micro-kernel keeps MR x NV int32 vectors and per 4-byte k-group issues:
+columns, the activations are packed into scratch as [K/4][NR][4] bytes; weights are packed at compile
+time as [R/MR][K/4][MR][4]. The micro-kernel keeps MR x NV int32 vectors and per 4-byte k-group issues:
 
 - AVX-512 VNNI: one `vpdpbusd` per (row, vector);
 - otherwise (AVX2, AVX-512 without VNNI): bytes widened to int16 and `pmaddwd` (exact: a pair of
   u8 * s8 products fits int32; `pmaddubsw` would saturate int16). Each vector then keeps two int32
   halves holding pair sums, added once in the epilogue.
+
+Packing is vector code (four rows of VW bytes interleaved by shuffles) wherever row k of the im2col is
+a contiguous run x[ktab[k] + p]: a 1x1 stride-1 convolution as it is, any other convolution over its
+input padded with the zero point and split into the stride phases its taps read (emit_qpad), the
+product then running over OH x Wq columns of which the first OW per row are kept (emit_qcrop). The
+matrix products pack from offset tables (matmul_tables). Depthwise convolutions have their own
+kernel (emit_qdepthwise); operands known only at run time, plain loops (emit_q*_runtime).
 
 The zero points fold into per-row constants at pack time: sum (x - xz)(w - wz) = sum x w + c[r]
 - wz[r] * colsum(x), c[r] = bias[r] - xz * sum_k w[r] + K * xz * wz[r]; colsum (one more pass of
@@ -67,7 +73,6 @@ class QProduct:
     float64: bool = False
     relu: bool = False
     dense: bool = False  # im2col row k is x[ktab[k] + p]: vector packing
-    out_map: bool = False  # column p stores at out row + ptab[p] (skipped where -1)
 
 
 def _vnni(vw: int) -> bool:
@@ -82,8 +87,8 @@ def choose_tile(rows: int, cols: int, vw: int) -> tuple[int, int]:
         cands = ((8, 3), (6, 4), (4, 6))
     elif vw == 16:
         cands = ((6, 2), (4, 3))
-    else:
-        cands = ((6, 1), (3, 2))
+    else:  # 16 registers: 6 x 2 accumulator halves, 2 widened x halves and the weights
+        cands = ((6, 1),)
 
     def cost(c: tuple[int, int]) -> float:
         mr, nv = min(c[0], rows), c[1]
@@ -204,7 +209,7 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
                     if need_colsum:
                         cs = b.load(b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), typ=g.i32v, align=4)
                         t = b.sub(t, b.mul(zpr, cs))
-                    _store_out(g, spec, args["out"], orow, p0, v, ncols, t, m, yz, ft, args["ptab"])
+                    _store_out(g, spec, args["out"], orow, p0, v, ncols, t, m, yz, ft)
 
         rloop = U.for_range(b, 0, rfull, "rb") if rfull else None
         if rloop is not None:
@@ -373,7 +378,7 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
         left = b.sub(U.i64(P), b.add(p0, U.i64(v * vw)))
         masks.append(b.icmp_signed("<", iota, g.splat(left, I64)))
 
-    def group(k0, rows: int) -> None:
+    def group(k0, rows: int, whole: bool) -> None:
         for v in range(nv):
             col = b.add(b.add(xbase, p0), U.i64(v * vw))
             rs = []
@@ -383,7 +388,8 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
                     continue
                 kofs = b.load(b.gep(ktab, [b.add(k0, U.i64(t))], source_etype=I32), typ=I32)
                 at = b.add(col, b.sext(kofs, I64))
-                r = b.call(load, [b.gep(x, [at], source_etype=I8), U.i32(1), masks[v], zero])
+                src = b.gep(x, [at], source_etype=I8)
+                r = b.load(src, typ=row_t, align=1) if whole else b.call(load, [src, U.i32(1), masks[v], zero])
                 if not spec.x_unsigned:
                     r = b.xor(r, ir.Constant(row_t, [-128] * vw))
                 rs.append(r)
@@ -392,31 +398,42 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
             dst = b.gep(panel, [b.add(b.mul(kgi, U.i64(nv * vw * 4)), U.i64(v * vw * 4))], source_etype=I8)
             b.store(q, dst, align=64)
 
-    full = K // 4
-    if full:
-        with U.for_range(b, 0, full, "pk") as kk:
-            group(b.mul(kk, U.i64(4)), 4)
-    if K % 4:
-        group(U.i64(full * 4), K % 4)
+    def pack(whole: bool) -> None:
+        full = K // 4
+        if full:
+            with U.for_range(b, 0, full, "pk") as kk:
+                group(b.mul(kk, U.i64(4)), 4, whole)
+        if K % 4:
+            group(U.i64(full * 4), K % 4, whole)
+
+    # panels wholly inside P load plainly (byte masked loads are scalar code without AVX-512)
+    with b.if_else(b.icmp_signed("<=", b.add(p0, U.i64(nv * vw)), U.i64(P))) as (inside, edge):
+        with inside:
+            pack(True)
+        with edge:
+            pack(False)
     del kg
 
 
-def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: int, ft, ptab=None) -> None:
+def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: int, ft) -> None:
     """Store one vector of results: int32 as is, or requantized to 8 bits."""
     b, vw = g.b, g.vw
     if spec.out_kind == "i32":
         val, et = t, I32
     else:
+        # clip(rint(y) + yz, lo, hi) == rint(clip(y, lo - yz, hi - yz)) + yz (rounding is monotonic and
+        # fixes integers): the clipped value converts in range, rounding half to even (lrint)
         fv = ir.VectorType(ft, vw)
         y = b.fmul(b.sitofp(t, fv), m)
-        rfn = U.declare(g.m, f"llvm.roundeven.v{vw}{'f64' if ft == F64 else 'f32'}", fv, [fv])
-        y = b.fadd(b.call(rfn, [y]), ir.Constant(fv, [float(yz)] * vw))
         lo, hi = (0, 255) if spec.out_kind == "u8" else (-128, 127)
         if spec.relu:
             lo = max(lo, yz)
-        y = b.select(b.fcmp_ordered("<", y, ir.Constant(fv, [float(lo)] * vw)), ir.Constant(fv, [float(lo)] * vw), y)
-        y = b.select(b.fcmp_ordered(">", y, ir.Constant(fv, [float(hi)] * vw)), ir.Constant(fv, [float(hi)] * vw), y)
-        val, et = b.trunc(b.fptosi(y, g.i32v), ir.VectorType(I8, vw)), I8
+        flo, fhi = ir.Constant(fv, [float(lo - yz)] * vw), ir.Constant(fv, [float(hi - yz)] * vw)
+        y = b.select(b.fcmp_ordered("<", y, flo), flo, y)
+        y = b.select(b.fcmp_ordered(">", y, fhi), fhi, y)
+        lrint = U.declare(g.m, f"llvm.lrint.v{vw}i32.v{vw}{'f64' if ft == F64 else 'f32'}", g.i32v, [fv])
+        q = b.add(b.call(lrint, [y]), ir.Constant(g.i32v, [yz] * vw))
+        val, et = b.trunc(q, ir.VectorType(I8, vw)), I8
     pv = b.add(p0, U.i64(v * vw))
     left = b.sub(ncols, U.i64(v * vw))
     mask = b.icmp_signed("<", ir.Constant(ir.VectorType(I64, vw), list(range(vw))),
@@ -426,20 +443,15 @@ def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: 
                                             ir.Constant(g.i32v, [0] * vw)))
     vt = val.type
     tag = f"v{vw}i{et.width}"
-    if spec.out_map:
-        i32v = ir.VectorType(I32, vw)
-        maps = b.load(b.gep(ptab, [pv], source_etype=I32), typ=i32v, align=4)
-        mask = b.and_(mask, b.icmp_signed(">=", maps, ir.Constant(i32v, [0] * vw)))
-        idx = b.add(b.sext(maps, ir.VectorType(I64, vw)), g.splat(orow, I64))
-        ptrs = b.gep(out, [idx], source_etype=et)
-        ptrs.type = ir.VectorType(PTR, vw)
-        fn = U.declare(g.m, f"llvm.masked.scatter.{tag}.v{vw}p0", ir.VoidType(), [vt, ptrs.type, I32, mask.type])
-        b.call(fn, [val, ptrs, U.i32(et.width // 8), mask])
-        return
     if spec.out_ps == 1:
+        # whole vectors store plainly (byte masked stores are scalar code without AVX-512)
         ptr = b.gep(out, [b.add(orow, pv)], source_etype=et)
         fn = U.declare(g.m, f"llvm.masked.store.{tag}.p0", ir.VoidType(), [vt, PTR, I32, mask.type])
-        b.call(fn, [val, ptr, U.i32(et.width // 8), mask])
+        with b.if_else(b.icmp_signed(">=", left, U.i64(vw))) as (whole, part):
+            with whole:
+                b.store(val, ptr, align=1)
+            with part:
+                b.call(fn, [val, ptr, U.i32(et.width // 8), mask])
         return
     idx = b.add(b.mul(b.add(g.splat(pv, I64), ir.Constant(ir.VectorType(I64, vw), list(range(vw)))),
                       ir.Constant(ir.VectorType(I64, vw), [spec.out_ps] * vw)), g.splat(orow, I64))
@@ -569,6 +581,22 @@ def emit_qpad(module: ir.Module, name: str, *, planes: int, H: int, W: int, pads
                     with U.for_range(b, j0, j1 + 1, f"j{rh}{rw}") as j:
                         at = b.add(b.mul(j, U.i64(sw)), U.i64(rw - pl))
                         b.store(b.load(b.gep(srow, [at], source_etype=I8), typ=I8), b.gep(drow, [j], source_etype=I8))
+    b.ret_void()
+    return fn
+
+
+def emit_qcrop(module: ir.Module, name: str, *, rows: int, src_w: int, dst_w: int, itemsize: int) -> ir.Function:
+    """`void name(out, x, tid, nthreads)`: the first dst_w elements of each of `rows` rows of src_w."""
+    fn, b = U.new_function(module, name, [("out", PTR), ("x", PTR), ("tid", I32), ("nthreads", I32)],
+                           internal=False)
+    out, x, tid, nt = fn.args
+    x.add_attribute("noalias")
+    memcpy = U.declare(module, "llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)])
+    lo, hi = U.thread_range(b, rows, tid, nt, "row")
+    with U.for_range(b, lo, hi, "r") as r:
+        b.call(memcpy, [b.gep(out, [b.mul(r, U.i64(dst_w * itemsize))], source_etype=I8),
+                        b.gep(x, [b.mul(r, U.i64(src_w * itemsize))], source_etype=I8), U.i64(dst_w * itemsize),
+                        ir.Constant(ir.IntType(1), 0)])
     b.ret_void()
     return fn
 
@@ -754,8 +782,8 @@ def _one(a: np.ndarray, node: Node, what: str) -> int:
     return int(a.reshape(-1)[0])
 
 
-def _step(low: Lowering, node: Node, spec: QProduct, x: Value, **kw) -> None:
-    out = node.outputs[0]
+def _step(low: Lowering, node: Node, spec: QProduct, x: Value, out: Value | None = None, **kw) -> None:
+    out = out if out is not None else node.outputs[0]
     info = low.generate(emit_qproduct, low.fname([node]), ("w", "wz", "bias", "mult"), spec=spec,
                         vector_width=low.vector_width, **kw)
     args = [low.val(out), low.val(x), SCRATCH] + [low.array(p) for p in info.packed]
@@ -834,15 +862,21 @@ def _lower_qconv_packed(low: Lowering, node: Node) -> None:
                        stride=(sh, sw), out_hw=(Hq, Wq), phases=phases, value=xz_i)
         low.add(Step(fn.name, fn, [low.val(src), low.val(x)], [src], [node], work=float(src.type.size)))
         cols = OH * Wq
-        _, nv = choose_tile(R, cols, low.vector_width)
-        nr = nv * low.vector_width
         f = np.array([phase_of[ph] for ph in zip(rh.tolist(), rw.tolist())], np.int64)
         kofs = ci * plane + f * Hq * Wq + (kh * dil[0] // sh) * Wq + kw * dil[1] // sw
         kt = np.stack([kofs, 0 * kofs, 0 * kofs])
-        oh, ow = np.divmod(np.arange(-(-cols // nr) * nr + low.vector_width), Wq)
-        pt = np.where((ow < OW) & (oh < OH), oh * OW + ow, -1)[None]
+        pt = np.zeros((3, 1), np.int64)
+        common.update(out_unit=(M * cols, R * cols), out_rs=cols)
         spec = QProduct(units=N * G, R=R, K=K, P=cols, x_unit=(C * plane, cg * plane), H=1, W=1, dense=True,
-                        out_map=True, **common)
+                        **common)
+        # the product over OH x Wq columns into a scratch value, then its first OW columns of each row
+        wide = Value(f"{out.name}.qwide", TensorType(out.dtype, (N, M, OH, Wq)), "node")
+        _step(low, node, spec, src, out=wide, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(),
+              bias=bias, xz=xz_i, k_tables=kt, p_tables=pt, mult=mult, yz=yz_i)
+        fn = emit_qcrop(low.kmod(), low.fname([node]), rows=N * M * OH, src_w=Wq, dst_w=OW,
+                        itemsize=out.dtype.itemsize)
+        low.add(Step(fn.name, fn, [low.val(out), low.val(wide)], [out], [node], work=float(out.type.size)))
+        return
     _step(low, node, spec, src, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(), bias=bias,
           xz=xz_i, k_tables=kt, p_tables=pt, mult=mult, yz=yz_i)
 
