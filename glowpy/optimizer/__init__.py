@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from glowpy.ir.graph import Graph
 from glowpy.optimizer.control import inline_known_branches
+from glowpy.optimizer.conv_taps import crop_dead_conv_taps
 from glowpy.optimizer.fold import (
     fold_batchnorm,
     fold_channel_affine,
@@ -79,6 +80,7 @@ PIPELINE: tuple[Stage, ...] = (
         Pass("fold_batchnorm", fold_batchnorm),
         Pass("fold_channel_affine", fold_channel_affine),
         Pass("gemm_to_fully_connected", gemm_to_fully_connected, uses_backend=True),
+        Pass("crop_dead_conv_taps", crop_dead_conv_taps),
     ), fixed_point=True),
     # Decompose what the backend does not implement (Backend.should_lower), then tidy up after it.
     Stage("lower", (Pass("lower_nodes", lower_nodes, uses_backend=True),)),
