@@ -21,7 +21,7 @@ residual just before it is written, by the same thread).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -77,6 +77,22 @@ class _Plan:
                 self.floats = self.out_at + self.nq * vw
 
 
+class _Plane(NamedTuple):
+    """What the compute of one channel plane reads: the scratch image, the weight splats, where to write."""
+
+    vx: VecIR
+    geo: _Geometry
+    plan: _Plan
+    scr: ir.Value
+    weights: list
+    bias_v: ir.Value
+    out_p: ir.Value
+    res_p: ir.Value | None
+    o_plane: ir.Value
+    activation: str
+    params: tuple
+
+
 def emit_depthwise(module: ir.Module, name: str, geo: _Geometry, w, bias, activation: str, params,
                    has_residual: bool, vw: int) -> KernelInfo:
     """out[c] = act(depthwise_conv(x[c], w[c]) + bias[c] [+ residual[c]]) for every (image, channel)."""
@@ -106,8 +122,8 @@ def emit_depthwise(module: ir.Module, name: str, geo: _Geometry, w, bias, activa
                for kh in range(geo.KH)]
     bias_v = vx.load_splat(vx.gep(bias_p, c), name="bias")
     o_plane = vx.off((plane_i, geo.P))
-    ctx = (vx, geo, plan, scr, weights, bias_v, out_p, res_p if has_residual else None, o_plane, activation,
-           params)
+    ctx = _Plane(vx, geo, plan, scr, weights, bias_v, out_p, res_p if has_residual else None, o_plane,
+                 activation, tuple(params))
     if plan.flat:
         _flat(ctx)
     else:
@@ -163,8 +179,8 @@ def _phase_lanes(vx: VecIR, vecs: list, r: int, s: int):
     return out
 
 
-def _row_blocks(ctx) -> None:
-    vx, geo, plan = ctx[0], ctx[1], ctx[2]
+def _row_blocks(ctx: _Plane) -> None:
+    vx, geo, plan = ctx.vx, ctx.geo, ctx.plan
     b = vx.b
     full, edge = geo.OH // plan.rows, geo.OH % plan.rows
     if full:
@@ -175,8 +191,8 @@ def _row_blocks(ctx) -> None:
         _col_blocks(ctx, ir.Constant(I64, full * plan.rows), edge)
 
 
-def _col_blocks(ctx, oh0, rows: int) -> None:
-    vx, geo, plan = ctx[0], ctx[1], ctx[2]
+def _col_blocks(ctx: _Plane, oh0, rows: int) -> None:
+    vx, geo, plan = ctx.vx, ctx.geo, ctx.plan
     b, vw = vx.b, vx.vw
     full_vecs = geo.OW // vw
     tail = geo.OW % vw
@@ -190,7 +206,7 @@ def _col_blocks(ctx, oh0, rows: int) -> None:
         _block(ctx, oh0, ir.Constant(I64, steps * plan.nv * vw), rows, left, tail)
 
 
-def _block(ctx, oh0, ow0, rows: int, nvec: int, tail: int) -> None:
+def _block(ctx: _Plane, oh0, ow0, rows: int, nvec: int, tail: int) -> None:
     """Output rows [oh0, oh0 + rows) x nvec column vectors from ow0 (the last one has `tail` lanes if
     nonzero)."""
     vx, geo, plan, scr, weights, bias_v, out_p, res_p, o_plane, activation, params = ctx
@@ -220,7 +236,7 @@ def _block(ctx, oh0, ow0, rows: int, nvec: int, tail: int) -> None:
             vx.store(vx.activation(val, activation, params), vx.gep(out_p, dst), m)
 
 
-def _flat(ctx) -> None:
+def _flat(ctx: _Plane) -> None:
     """The whole (small) plane as nq vectors over the padded plane's flat index, then each output row
     copied out of the scratch (no residual on this path)."""
     vx, geo, plan, scr, weights, bias_v, out_p, _res, o_plane, activation, params = ctx
