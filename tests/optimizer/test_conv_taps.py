@@ -64,6 +64,7 @@ def test_taps_that_reach_the_map_stay() -> None:
     _check(model)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in matmul:RuntimeWarning")  # the NaNs are the point
 def test_non_finite_dead_weights_stay() -> None:
     """0 * inf is NaN in the reference: a dead tap with an infinite weight is not dropped."""
     model = _model((14, 14), 3, 24, [24] * 4, weight_fill=np.inf)

@@ -1,6 +1,6 @@
 """Squeeze-excite: the optimizer pass (optimizer/squeeze_excite.py) fires on the blocks MobileNetV3,
 EfficientNet and RegNetY export and not on near misses, and the fused cpu kernel matches the
-interpreter and onnx.reference (host ISA and AVX2, 1-3 threads, odd sizes, batches)."""
+interpreter and onnx.reference (host ISA and AVX2, 1 and 3 threads, odd sizes, batches)."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_tanh_gate_is_not_a_squeeze_excite() -> None:
 def test_kernel_matches_reference(shape, r, isa) -> None:
     model = _se_model(shape=shape, r=r, act="SiLU", gate="HardSigmoid")
     assert [n.op for n in glowpy.optimize(glowpy.load(model), "cpu").nodes] == ["SqueezeExcite"]
-    for threads in (1, 2, 3):
+    for threads in (1, 3):
         _check(model, isa, threads)
 
 
