@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from glowpy.ir.graph import Graph
 from glowpy.optimizer.control import inline_known_branches
-from glowpy.optimizer.conv_taps import crop_dead_conv_taps
+from glowpy.optimizer.conv_taps import crop_dead_conv_taps, split_conv_by_live_taps
 from glowpy.optimizer.fold import (
     fold_batchnorm,
     fold_channel_affine,
@@ -92,6 +92,7 @@ PIPELINE: tuple[Stage, ...] = (
         Pass("fuse_swish", fuse_swish, uses_backend=True),
         Pass("fuse_activation", fuse_activation, uses_backend=True),
         Pass("fuse_squeeze_excite", fuse_squeeze_excite, uses_backend=True),
+        Pass("split_conv_by_live_taps", split_conv_by_live_taps),
     ), fixed_point=True),
     # Weights with equal data are stored once (only now: sharing them earlier would make equal
     # convolutions one node with several users, which then could not absorb their normalizations).

@@ -57,16 +57,38 @@ def test_one_sided_crop_keeps_the_live_taps() -> None:
     _check(model)
 
 
-def test_taps_that_reach_the_map_stay() -> None:
-    model = _model((14, 14), 3, 12, [12] * 4)  # dilation 12 on 14: every tap reads the image somewhere
-    conv = _conv(model)
-    assert conv.inputs[1].shape == (5, 4, 3, 3) and tuple(conv.attrs["pads"]) == (12, 12, 12, 12)
-    _check(model)
-
-
 @pytest.mark.filterwarnings("ignore:invalid value encountered in matmul:RuntimeWarning")  # the NaNs are the point
 def test_non_finite_dead_weights_stay() -> None:
     """0 * inf is NaN in the reference: a dead tap with an infinite weight is not dropped."""
     model = _model((14, 14), 3, 24, [24] * 4, weight_fill=np.inf)
     assert _conv(model).inputs[1].shape == (5, 4, 3, 3)
     _check(model)
+
+
+def _ops(model) -> list[str]:
+    return [n.op for n in glowpy.optimize(glowpy.load(model), "cpu").nodes]
+
+
+def test_mostly_padding_conv_splits_into_blocks_of_live_taps() -> None:
+    """Dilation 12 on 14x14 (ASPP): 3 x 3 output blocks, each a Conv with only its live taps."""
+    model = _model((14, 14), 3, 12, [12] * 4)
+    graph = glowpy.optimize(glowpy.load(model), "cpu")
+    convs = [n for n in graph.nodes if n.op == "Conv"]
+    assert len(convs) == 9 and sum(n.op == "Concat" for n in graph.nodes) == 4
+    assert sorted(n.inputs[1].shape[2:] for n in convs) == [(1, 1)] + [(1, 2)] * 2 + [(2, 1)] * 2 + [(2, 2)] * 4
+    assert all(tuple(n.attrs["pads"]) == (0, 0, 0, 0) for n in convs)
+    _check(model)
+
+
+@pytest.mark.parametrize("hw,k,dil,pads,strides", [((13, 11), 3, 8, [8, 8, 8, 8], [2, 2]),
+                                                   ((9, 16), 5, 4, [8, 3, 8, 5], [1, 2])])
+def test_split_irregular_maps_match_reference(hw, k, dil, pads, strides) -> None:
+    model = _model(hw, k, dil, pads)
+    model.graph.node[0].attribute.append(helper.make_attribute("strides", strides))
+    assert "Concat" in _ops(model)
+    _check(model)
+
+
+def test_ordinary_convs_stay_whole() -> None:
+    """A 3x3 with padding 1 reads the image at almost every tap: no split."""
+    assert _ops(_model((14, 14), 3, 1, [1] * 4)) == ["Conv"]
