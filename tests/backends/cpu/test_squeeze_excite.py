@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import glowpy
-from glowpy.errors import MismatchingShape
+from glowpy.errors import MismatchingShape, UnsupportedOperator
 from glowpy.ir.graph import Graph
 from glowpy.ir.types import TensorType
 
@@ -120,3 +120,12 @@ def test_ir_op_refuses_mismatched_weights() -> None:
                                                             ("b2", (8,)))]
     with pytest.raises(MismatchingShape, match="SqueezeExcite needs"):
         g.add_node("SqueezeExcite", [x, *ws], {}, name="se")
+
+
+def test_cpu_refuses_run_time_weights() -> None:
+    g = Graph("se_inputs")
+    x = g.add_input("x", TensorType(F32, (1, 8, 4, 4)))
+    ws = [g.add_input(k, TensorType(F32, s)) for k, s in (("w1", (2, 8)), ("b1", (2,)), ("w2", (8, 2)), ("b2", (8,)))]
+    g.outputs = [g.add_node("SqueezeExcite", [x, *ws], {}, name="se").outputs[0]]
+    with pytest.raises(UnsupportedOperator, match="constant weights"):
+        glowpy.compile(g, backend="cpu", optimize=False, cache=False)
