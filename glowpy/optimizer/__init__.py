@@ -15,6 +15,7 @@ from glowpy.optimizer.attention import (
     sink_reshape_below_activation,
 )
 from glowpy.optimizer.control import inline_known_branches
+from glowpy.optimizer.conv_taps import crop_dead_conv_taps, split_conv_by_live_taps
 from glowpy.optimizer.fold import (
     fold_batchnorm,
     fold_channel_affine,
@@ -97,6 +98,7 @@ PIPELINE: tuple[Stage, ...] = (
         Pass("fold_batchnorm", fold_batchnorm),
         Pass("fold_channel_affine", fold_channel_affine),
         Pass("gemm_to_fully_connected", gemm_to_fully_connected, uses_backend=True),
+        Pass("crop_dead_conv_taps", crop_dead_conv_taps),
     ), fixed_point=True),
     # Decompose what the backend does not implement (Backend.should_lower), then tidy up after it.
     Stage("lower", (Pass("lower_nodes", lower_nodes, uses_backend=True),
@@ -112,6 +114,7 @@ PIPELINE: tuple[Stage, ...] = (
         Pass("fuse_swish", fuse_swish, uses_backend=True),
         Pass("fuse_activation", fuse_activation, uses_backend=True),
         Pass("fuse_squeeze_excite", fuse_squeeze_excite, uses_backend=True),
+        Pass("split_conv_by_live_taps", split_conv_by_live_taps),
     ), fixed_point=True),
     # Weights with equal data are stored once (only now: sharing them earlier would make equal
     # convolutions one node with several users, which then could not absorb their normalizations).

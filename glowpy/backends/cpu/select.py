@@ -36,7 +36,7 @@ from glowpy.backends.cpu.kernels.squeeze_excite import emit_squeeze_excite
 from glowpy.backends.cpu.loops import emit_loop
 from glowpy.backends.cpu.module_text import ident
 from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
-from glowpy.errors import GlowpyError
+from glowpy.errors import GlowpyError, UnsupportedOperator
 from glowpy.ir.graph import Node, Value
 from glowpy.ir.ops import OPS
 from glowpy.ir.ops.nn import col2im_table, unpool_shape
@@ -591,6 +591,9 @@ def _lower_Det(low: Lowering, node: Node) -> None:
 def _lower_SqueezeExcite(low: Lowering, node: Node) -> None:
     x, w1, b1, w2, b2 = node.inputs
     a = node.attrs
+    if not all(v.is_constant for v in (w1, b1, w2, b2)):
+        raise UnsupportedOperator("the squeeze-excite kernel takes constant weights", op=node.op,
+                                  expected="constant W1, B1, W2, B2", found="run-time weights")
     n, c, h, w = x.shape
     info = emit_squeeze_excite(low.kmod(), low.fname([node]), n=n, c=c, hw=h * w, r=w1.shape[0],
                                activation=a["activation"], activation_params=tuple(a["activation_params"]),

@@ -1,6 +1,6 @@
 """The depthwise Conv2D kernel (backends/cpu/kernels/depthwise.py) against a float64 convolution and the
 interpreter: 3x3 / 5x5 / 7x7, strides 1, 2 and 3, dilation, asymmetric and zero padding, odd sizes,
-maps smaller than a vector, batches, fused bias / residual / activation, at 1-3 threads, host ISA
+maps smaller than a vector, batches, fused bias / residual / activation, at 1 and 3 threads, host ISA
 and AVX2 (8 lanes), with NaN guards around the output."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_kernel_against_float64_reference(name: str, vw: int) -> None:
     kern = conv_kernel(x_shape, w, b, strides=strides, pads=pads, dilations=dil, group=x_shape[1], activation=act,
                        params=params, residual=residual, vector_width=vw)
     ref = conv_ref(x, w, b, strides, pads, dil, x_shape[1], res if residual else None, act, params)
-    for nt in (1, 2, 3):
+    for nt in (1, 3):
         out, whole = guarded(out_shape)
         kern(out, x, res if residual else None, nthreads=nt)
         assert guards_intact(whole), f"write outside the output at nthreads={nt}"
@@ -125,3 +125,43 @@ def test_small_maps_take_the_flat_path() -> None:
     assert plan("5x5s1_7_flat", 16, False).flat and plan("3x3s1_dil2_flat", 16, False).flat
     assert not plan("5x5s1_7_flat", 8, False).flat and not plan("5x5s1_7_flat", 16, True).flat
     assert not plan("3x3s1_112", 16, False).flat
+
+
+# Stems: 3x3 convs over <= 4 input channels per group take the same direct kernel (x_shape, M, group,
+# strides, pads); group 2 has 3 output planes per group, so thread ranges start inside a group.
+STEMS = {
+    "stem_s2": ((1, 3, 40, 37), 8, 1, (2, 2), (1, 1, 1, 1)),
+    "stem_s1_batch": ((2, 3, 19, 33), 5, 1, (1, 1), (1, 1, 1, 1)),
+    "grouped_cg2": ((1, 4, 21, 35), 6, 2, (2, 2), (0, 1, 1, 0)),
+}
+
+
+@pytest.mark.parametrize("vw", sorted({VW, 8}))
+@pytest.mark.parametrize("name", list(STEMS))
+def test_small_channel_convs_against_float64_reference(name: str, vw: int) -> None:
+    from glowpy.backends.cpu.kernels.conv import _Geometry, _kind
+
+    x_shape, m, group, strides, pads = STEMS[name]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(x_shape).astype(F32)
+    w = (rng.standard_normal((m, x_shape[1] // group, 3, 3)) / 3).astype(F32)
+    b = (rng.standard_normal(m) * 0.1).astype(F32)
+    geo = _Geometry(x_shape, w.shape, strides, pads, (1, 1), group)
+    assert _kind(geo, vw) == "depthwise"
+    kern = conv_kernel(x_shape, w, b, strides=strides, pads=pads, group=group, activation="swish", params=(1.0,),
+                       vector_width=vw)
+    ref = conv_ref(x, w, b, strides, pads, (1, 1), group)
+    ref = ref / (1 + np.exp(-ref))
+    for nt in (1, 2, 4):
+        out, whole = guarded((x_shape[0], m, geo.OH, geo.OW))
+        kern(out, x, None, nthreads=nt)
+        assert guards_intact(whole), f"write outside the output at nthreads={nt}"
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4, err_msg=f"nthreads={nt}")
+
+
+def test_wide_stems_stay_on_the_gemm() -> None:
+    """3 -> 64 (SqueezeNet's stem) rereads the scratch too often: the GEMM path keeps it."""
+    from glowpy.backends.cpu.kernels.conv import _Geometry, _kind
+
+    assert _kind(_Geometry((1, 3, 224, 224), (64, 3, 3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1), 16) != "depthwise"
+    assert _kind(_Geometry((1, 3, 224, 224), (32, 3, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1), 16) == "depthwise"

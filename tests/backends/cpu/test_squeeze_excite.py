@@ -1,6 +1,6 @@
 """Squeeze-excite: the optimizer pass (optimizer/squeeze_excite.py) fires on the blocks MobileNetV3,
 EfficientNet and RegNetY export and not on near misses, and the fused cpu kernel matches the
-interpreter and onnx.reference (host ISA and AVX2, 1-3 threads, odd sizes, batches)."""
+interpreter and onnx.reference (host ISA and AVX2, 1 and 3 threads, odd sizes, batches)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import glowpy
-from glowpy.errors import MismatchingShape
+from glowpy.errors import MismatchingShape, UnsupportedOperator
 from glowpy.ir.graph import Graph
 from glowpy.ir.types import TensorType
 
@@ -109,7 +109,7 @@ def test_tanh_gate_is_not_a_squeeze_excite() -> None:
 def test_kernel_matches_reference(shape, r, isa) -> None:
     model = _se_model(shape=shape, r=r, act="SiLU", gate="HardSigmoid")
     assert [n.op for n in glowpy.optimize(glowpy.load(model), "cpu").nodes] == ["SqueezeExcite"]
-    for threads in (1, 2, 3):
+    for threads in (1, 3):
         _check(model, isa, threads)
 
 
@@ -120,3 +120,12 @@ def test_ir_op_refuses_mismatched_weights() -> None:
                                                             ("b2", (8,)))]
     with pytest.raises(MismatchingShape, match="SqueezeExcite needs"):
         g.add_node("SqueezeExcite", [x, *ws], {}, name="se")
+
+
+def test_cpu_refuses_run_time_weights() -> None:
+    g = Graph("se_inputs")
+    x = g.add_input("x", TensorType(F32, (1, 8, 4, 4)))
+    ws = [g.add_input(k, TensorType(F32, s)) for k, s in (("w1", (2, 8)), ("b1", (2,)), ("w2", (8, 2)), ("b2", (8,)))]
+    g.outputs = [g.add_node("SqueezeExcite", [x, *ws], {}, name="se").outputs[0]]
+    with pytest.raises(UnsupportedOperator, match="constant weights"):
+        glowpy.compile(g, backend="cpu", optimize=False, cache=False)

@@ -46,7 +46,7 @@ from glowpy.errors import MismatchingShape, UnsupportedShape
 from glowpy.ir.ops.nn import conv_out_dim
 
 from .common import KernelInfo
-from .depthwise import emit_depthwise, pack_depthwise
+from .depthwise import emit_depthwise, pack_depthwise, use_direct
 from .gemm import choose_tile, emit_tile, kernel_function
 
 # Reduction chunking: a panel's chunk of the vector operand (kc x NR floats) and the chunk of
@@ -187,7 +187,7 @@ def _prepare(x_shape, w, bias, strides, pads, dilations, group) -> tuple[_Geomet
 
 
 def _kind(geo: _Geometry, vw: int) -> str:
-    if geo.group == geo.C == geo.M and geo.Cg == 1:
+    if use_direct(geo, vw):
         return "depthwise"
     if winograd_tile(geo, vw):
         return "winograd"
