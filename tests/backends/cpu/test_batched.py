@@ -58,6 +58,8 @@ def _check(model, feeds, isa: str, threads=(1, 2)) -> None:
 
 CASES = [
     # (A shape, B shape): K below, at and past the chunk (one, two, and first + middle + last chunks)
+    ((300,), (300, 17)),  # vector x matrix
+    ((5, 300), (300,)),  # matrix x vector
     ((1, 7, 33), (33, 17)),
     ((2, 13, 512), (512, 40)),
     ((1, 9, 1000), (1000, 35)),

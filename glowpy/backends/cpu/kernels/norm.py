@@ -95,10 +95,14 @@ def emit_softmax_rows(module: ir.Module, name: str, rows: int, n: int, vector_wi
     ninf = vx.fconst(-math.inf)
 
     def lanes(v, op):
-        acc = b.extract_element(v, ir.Constant(U.I32, 0))
-        for i in range(1, vw):
-            acc = op(acc, b.extract_element(v, ir.Constant(U.I32, i)))
-        return acc
+        """op over the lanes of v, as a tree of log2(vw) shuffles (a chain of vw steps costs more than
+        a short row's whole exp pass)."""
+        shift = vw // 2
+        while shift:
+            perm = ir.Constant(vx.ity, [(i + shift) % vw for i in range(vw)])
+            v = op(v, b.shuffle_vector(v, v, perm))
+            shift //= 2
+        return b.extract_element(v, ir.Constant(U.I32, 0))
 
     def vloop(label, carried, body):
         """body(ptr offset, mask, carried) -> new carried, over the row's full vectors then its tail."""
@@ -117,7 +121,7 @@ def emit_softmax_rows(module: ir.Module, name: str, rows: int, n: int, vector_wi
         return v if mask is None else b.select(mask, v, fill)
 
     (mv,) = vloop("max", [ninf], lambda off, mask, c: [b.call(vmax, [c[0], load_x(off, mask, ninf)])])
-    m = vx.splat(lanes(mv, lambda a, c: U.fmax_nan(b, a, c)), name="rowmax")
+    m = vx.splat(lanes(mv, lambda a, c: b.call(vmax, [a, c])), name="rowmax")
 
     def expo(off, mask, c):
         d = vx.fsub(load_x(off, mask, ninf), m)
@@ -129,7 +133,7 @@ def emit_softmax_rows(module: ir.Module, name: str, rows: int, n: int, vector_wi
         return [vx.fadd(c[0], e if mask is None else b.select(mask, e, vx.zero))]
 
     (sv,) = vloop("exp", [vx.zero], expo)
-    inv = vx.fdiv(vx.fconst(1.0), vx.splat(lanes(sv, lambda a, c: b.fadd(a, c)), name="rowsum"), name="inv")
+    inv = vx.fdiv(vx.fconst(1.0), vx.splat(lanes(sv, vx.fadd), name="rowsum"), name="inv")
 
     def scale(off, mask, c):
         p = vx.gep(outr, off)
