@@ -7,7 +7,8 @@ nothing is global:
     { shared, live, pid, stop, sleepers, started, handles[N-1], contexts[N-1] }
 
 `shared` is what every thread's `glowpy.worker(shared, tid)` reads: the run's weights, arena, inputs
-and outputs, the thread count, the barrier (count, generation) and `run`, the run generation.
+and outputs, the thread count, the barrier (count, generation, threads parked in it) and `run`, the
+run generation.
 
 - **start**: the first run of an arena (or the first after a release, or the first in a forked child:
   `pid` differs) creates N-1 pthreads; a thread that fails to start is not counted, and the work is
@@ -18,6 +19,9 @@ and outputs, the thread count, the barrier (count, generation) and `run`, the ru
 - **between runs**: a thread spins on `run` for SPIN_BEFORE_PARK pauses (back-to-back runs never sleep),
   then parks in FUTEX_WAIT on it (the `sleepers` count and the kernel's recheck of `run` make a wake-up
   impossible to miss: both sides use sequentially consistent operations).
+- **barriers** (between dependent steps): spin SPIN_BEFORE_YIELD pauses, then `sched_yield`
+  YIELDS_BEFORE_PARK times, then park on the generation: on an overloaded host a waiting thread gives
+  its core to the thread it waits for instead of spinning for a time slice.
 - **release** (`glowpy_release(arena)`, exported): sets `stop`, wakes and joins every thread. The host
   calls it before it frees the arena or the code (CpuExecutable's finalizer, a bundle's free); a later
   run starts a new pool. No run may be in flight on that arena meanwhile (hosts serialize runs per arena).
@@ -35,7 +39,7 @@ from glowpy.backends.cpu.target import HostTarget
 
 RELEASE = "glowpy_release"
 POOL_KEY = ("pool",)
-SPIN_BEFORE_YIELD = 100  # barrier: pauses before sched_yield (a pause is ~25-40 ns on Zen 3-5)
+SPIN_BEFORE_YIELD = 100  # barrier: pauses before sched_yield (a pause is ~20-40 ns on Zen 3-5)
 YIELDS_BEFORE_PARK = 16  # barrier: sched_yields before the futex wait
 SPIN_BEFORE_PARK = 4000  # between runs: pauses (~0.1-0.2 ms) before the futex wait
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
