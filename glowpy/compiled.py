@@ -27,6 +27,9 @@ from glowpy.ir.types import ANY_TYPES
 
 def check_feed(name: str, array: Any, expected_dtype: np.dtype, expected_shape: tuple[int, ...]) -> np.ndarray:
     """Validate one input; the array comes back C-contiguous (no copy when it already is)."""
+    if (type(array) is np.ndarray and array.dtype == expected_dtype and array.shape == expected_shape
+            and array.size and array.flags.c_contiguous):
+        return array  # the usual feed: right type, shape and layout, no zero dim (a run's fast path)
     if not isinstance(array, np.ndarray):
         try:
             array = np.asarray(array)
@@ -69,11 +72,10 @@ class CompiledModel:
         self.imported = imported
         self._inputs = {v.name: v for v in graph.inputs}
         self._output_names = [v.name for v in graph.outputs]
+        self._checks = [(v.name, v.dtype, tuple(v.shape)) for v in graph.inputs]
         # what run's fast path accepts as is: every input by name, an ndarray of the compiled type and
         # shape, C-contiguous (a shape with a zero dim always takes the full checks, which refuse it)
-        self._fast_feeds = [(v.name, v.dtype, v.shape) for v in graph.inputs]
-        if any(0 in shape for _, _, shape in self._fast_feeds):
-            self._fast_feeds = None
+        self._fast_feeds = None if any(0 in shape for _, _, shape in self._checks) else self._checks
 
     @property
     def input_names(self) -> list[str]:
@@ -97,6 +99,11 @@ class CompiledModel:
 
     def validate(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Check names, element types and shapes; return the inputs in graph order."""
+        if len(feeds) == len(self._checks):  # every input given, so no other name: check the arrays only
+            try:
+                return [check_feed(name, feeds[name], dtype, shape) for name, dtype, shape in self._checks]
+            except KeyError:
+                pass
         for name in feeds:
             if name not in self._inputs:
                 hint = " (it is a weight, not an input)" if name in self.graph.constants else ""

@@ -93,8 +93,8 @@ def test_run_profile_squeezenet_one_thread(tmp_path: Path, capsys: pytest.Captur
 
 def test_profile_threads_are_tracks(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    model = _mlp(tmp_path / "mlp.onnx", batch=256)
-    feeds = {"x": rng.standard_normal((256, 32)).astype(np.float32)}
+    model = _mlp(tmp_path / "mlp.onnx", batch=1024)  # the first MatMul (4 MFLOP) splits, the second does not
+    feeds = {"x": rng.standard_normal((1024, 32)).astype(np.float32)}
     want = glowpy.compile(str(model), threads=2).run(feeds)
     compiled = glowpy.compile(str(model), threads=2, profile=True)
     from glowpy import profile

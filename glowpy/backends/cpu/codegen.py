@@ -49,10 +49,8 @@ from glowpy.backends.cpu.threads import (
     emit_barrier,
     emit_no_pool,
     emit_pool,
+    member,
     pool_bytes,
-)
-from glowpy.backends.cpu.threads import (
-    field as pool_field,
 )
 from glowpy.errors import InternalError
 from glowpy.ir.graph import Graph, Value
@@ -325,14 +323,14 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
     sh, tid = worker.args
     sh.name, tid.name = "shared", "tid"
     b = ir.IRBuilder(worker.append_basic_block("entry"))
-    weights = b.load(pool_field(b, sh, 0, name="weights.addr"), name="weights")
-    arena = b.load(pool_field(b, sh, 1, name="arena.addr"), name="arena")
-    inputs = b.load(pool_field(b, sh, 2, name="inputs.addr"), name="inputs")
-    outputs = b.load(pool_field(b, sh, 3, name="outputs.addr"), name="outputs")
-    nt = b.load(pool_field(b, sh, NTHREADS, name="nthreads.addr"), name="nthreads")
-    count = pool_field(b, sh, COUNT, name="barrier.count")
-    gen = pool_field(b, sh, GEN, name="barrier.gen")
-    asleep = pool_field(b, sh, BARRIER_SLEEPERS, name="barrier.sleepers")
+    weights = b.load(member(b, sh, 0, name="weights.addr"), name="weights")
+    arena = b.load(member(b, sh, 1, name="arena.addr"), name="arena")
+    inputs = b.load(member(b, sh, 2, name="inputs.addr"), name="inputs")
+    outputs = b.load(member(b, sh, 3, name="outputs.addr"), name="outputs")
+    nt = b.load(member(b, sh, NTHREADS, name="nthreads.addr"), name="nthreads")
+    count = member(b, sh, COUNT, name="barrier.count")
+    gen = member(b, sh, GEN, name="barrier.gen")
+    asleep = member(b, sh, BARRIER_SLEEPERS, name="barrier.sleepers")
     is_main = b.icmp_signed("==", tid, U.i32(0), name="is_main")
     ptr_cache: dict[tuple, ir.Value] = {}
 
@@ -445,8 +443,8 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
         nt_run = U.i32(1)
         shared = eb.alloca(SHARED, name="shared")
         for i, a in enumerate(entry.args):
-            eb.store(a, pool_field(eb, shared, i, name=f"{a.name}.slot"))
-        eb.store(nt_run, pool_field(eb, shared, NTHREADS, name="nthreads.slot"))
+            eb.store(a, member(eb, shared, i, name=f"{a.name}.slot"))
+        eb.store(nt_run, member(eb, shared, NTHREADS, name="nthreads.slot"))
     eb.call(worker, [shared, U.i32(0)])
     if run_stamp is not None:
         run_stamp("end")

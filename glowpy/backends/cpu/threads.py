@@ -7,7 +7,8 @@ nothing is global:
     { shared, live, pid, stop, sleepers, started, handles[N-1], contexts[N-1] }
 
 `shared` is what every thread's `glowpy.worker(shared, tid)` reads: the run's weights, arena, inputs
-and outputs, the thread count, the barrier (count, generation) and `run`, the run generation.
+and outputs, the thread count, the barrier (count, generation, threads parked in it) and `run`, the
+run generation.
 
 - **start**: the first run of an arena (or the first after a release, or the first in a forked child:
   `pid` differs) creates N-1 pthreads; a thread that fails to start is not counted, and the work is
@@ -18,6 +19,9 @@ and outputs, the thread count, the barrier (count, generation) and `run`, the ru
 - **between runs**: a thread spins on `run` for SPIN_BEFORE_PARK pauses (back-to-back runs never sleep),
   then parks in FUTEX_WAIT on it (the `sleepers` count and the kernel's recheck of `run` make a wake-up
   impossible to miss: both sides use sequentially consistent operations).
+- **barriers** (between dependent steps): spin SPIN_BEFORE_YIELD pauses, then `sched_yield`
+  YIELDS_BEFORE_PARK times, then park on the generation: on an overloaded host a waiting thread gives
+  its core to the thread it waits for instead of spinning for a time slice.
 - **release** (`glowpy_release(arena)`, exported): sets `stop`, wakes and joins every thread. The host
   calls it before it frees the arena or the code (CpuExecutable's finalizer, a bundle's free); a later
   run starts a new pool. No run may be in flight on that arena meanwhile (hosts serialize runs per arena).
@@ -35,7 +39,7 @@ from glowpy.backends.cpu.target import HostTarget
 
 RELEASE = "glowpy_release"
 POOL_KEY = ("pool",)
-SPIN_BEFORE_YIELD = 100  # barrier: pauses before sched_yield (a pause is ~25-40 ns on Zen 3-5)
+SPIN_BEFORE_YIELD = 100  # barrier: pauses before sched_yield (a pause is ~20-40 ns on Zen 3-5)
 YIELDS_BEFORE_PARK = 16  # barrier: sched_yields before the futex wait
 SPIN_BEFORE_PARK = 4000  # between runs: pauses (~0.1-0.2 ms) before the futex wait
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
@@ -58,7 +62,7 @@ def pool_bytes(nthreads: int, data_layout: str) -> int:
     return pool_type(nthreads).get_abi_size(llvm.create_target_data(data_layout))
 
 
-def field(b: ir.IRBuilder, ptr: ir.Value, *path: int, name: str = "") -> ir.Value:
+def member(b: ir.IRBuilder, ptr: ir.Value, *path: int, name: str = "") -> ir.Value:
     return b.gep(ptr, [U.i32(0)] + [U.i32(i) for i in path], inbounds=True, name=name)
 
 
@@ -157,11 +161,11 @@ def _emit_thread(module: ir.Module, target: HostTarget, worker: ir.Function, par
         fn.append_basic_block(x) for x in ("entry", "loop", "wait", "relax", "pause", "park", "got", "work", "exit"))
     b = ir.IRBuilder(entry)
     ctx = b.bitcast(fn.args[0], THREAD_CTX.as_pointer(), name="ctx")
-    shared = b.load(field(b, ctx, 0), name="shared")
-    tid = b.load(field(b, ctx, 1), name="tid")
+    shared = b.load(member(b, ctx, 0), name="shared")
+    tid = b.load(member(b, ctx, 1), name="tid")
     pool = b.bitcast(shared, pool_ty.as_pointer(), name="pool")
-    run = field(b, shared, RUN, name="run.addr")
-    sleepers = field(b, pool, SLEEPERS, name="sleepers.addr")
+    run = member(b, shared, RUN, name="run.addr")
+    sleepers = member(b, pool, SLEEPERS, name="sleepers.addr")
     b.branch(loop)
     b.position_at_end(loop)
     seen = b.phi(U.I32, name="seen")
@@ -185,7 +189,7 @@ def _emit_thread(module: ir.Module, target: HostTarget, worker: ir.Function, par
     spins.add_incoming(spins, park_bb)
     b.branch(wait)
     b.position_at_end(got)
-    stop = b.load_atomic(field(b, pool, STOP), "acquire", 4, name="stop")
+    stop = b.load_atomic(member(b, pool, STOP), "acquire", 4, name="stop")
     b.cbranch(b.icmp_unsigned("!=", stop, U.i32(0)), leave, work)
     b.position_at_end(work)
     b.call(worker, [shared, tid])
@@ -215,8 +219,8 @@ def emit_pool(module: ir.Module, target: HostTarget, worker: ir.Function, nthrea
     def ours(b: ir.IRBuilder, pool: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(this process's pool is running, getpid())"""
         pid = b.call(getpid, [], name="pid")
-        live = b.icmp_unsigned("!=", b.load(field(b, pool, LIVE), name="live"), U.i32(0))
-        same = b.icmp_signed("==", b.load(field(b, pool, PID), name="owner"), pid)
+        live = b.icmp_unsigned("!=", b.load(member(b, pool, LIVE), name="live"), U.i32(0))
+        same = b.icmp_signed("==", b.load(member(b, pool, PID), name="owner"), pid)
         return b.and_(live, same, name="ours"), pid
 
     fn = _internal(module, "glowpy.pool.run", U.I32, [i8pp, U.I8P, i8pp, i8pp])
@@ -227,77 +231,77 @@ def emit_pool(module: ir.Module, target: HostTarget, worker: ir.Function, nthrea
                                            "done"))
     b = ir.IRBuilder(entry)
     pool = pool_of(b, fn.args[1])
-    shared = field(b, pool, 0, name="shared")
+    shared = member(b, pool, 0, name="shared")
     running, pid = ours(b, pool)
     b.cbranch(running, publish, create)
 
     b.position_at_end(create)  # a fresh pool: no thread of this arena is alive in this process
     for i in (RUN, COUNT, GEN, BARRIER_SLEEPERS):
-        b.store(U.i32(0), field(b, shared, i))
+        b.store(U.i32(0), member(b, shared, i))
     for i in (STOP, SLEEPERS, STARTED):
-        b.store(U.i32(0), field(b, pool, i))
+        b.store(U.i32(0), member(b, pool, i))
     pcreate = U.declare(module, "pthread_create", U.I32, [U.I64.as_pointer(), U.I8P, U.I8P, U.I8P])
     b.branch(spawn)
     b.position_at_end(spawn)
     t = b.phi(U.I32, name="t")
     t.add_incoming(U.i32(0), create)
-    ctx = field(b, pool, CONTEXTS, 0, name="ctx0")
+    ctx = member(b, pool, CONTEXTS, 0, name="ctx0")
     ctx = b.gep(ctx, [b.zext(t, U.I64)], inbounds=True, name="ctx")
-    b.store(shared, field(b, ctx, 0))
-    b.store(b.add(t, U.i32(1)), field(b, ctx, 1))
-    handle = b.gep(field(b, pool, HANDLES, 0), [b.zext(t, U.I64)], inbounds=True, name="handle")
+    b.store(shared, member(b, ctx, 0))
+    b.store(b.add(t, U.i32(1)), member(b, ctx, 1))
+    handle = b.gep(member(b, pool, HANDLES, 0), [b.zext(t, U.I64)], inbounds=True, name="handle")
     rc = b.call(pcreate, [handle, ir.Constant(U.I8P, None), b.bitcast(thread, U.I8P), b.bitcast(ctx, U.I8P)],
                 name="rc")
     b.cbranch(b.icmp_signed("==", rc, U.i32(0)), spawned, created)
     b.position_at_end(spawned)
     t1 = b.add(t, U.i32(1), name="t.next")
     t.add_incoming(t1, spawned)
-    b.store(t1, field(b, pool, STARTED))
+    b.store(t1, member(b, pool, STARTED))
     b.cbranch(b.icmp_signed("<", t1, U.i32(extra)), spawn, created)
     b.position_at_end(created)
-    started = b.load(field(b, pool, STARTED), name="started")
-    b.store(b.add(started, U.i32(1)), field(b, shared, NTHREADS))
-    b.store(pid, field(b, pool, PID))
-    b.store(U.i32(1), field(b, pool, LIVE))
+    started = b.load(member(b, pool, STARTED), name="started")
+    b.store(b.add(started, U.i32(1)), member(b, shared, NTHREADS))
+    b.store(pid, member(b, pool, PID))
+    b.store(U.i32(1), member(b, pool, LIVE))
     b.branch(publish)
 
     b.position_at_end(publish)
     for i, a in enumerate(fn.args):
-        b.store(a, field(b, shared, i))
-    b.atomic_rmw("add", field(b, shared, RUN), U.i32(1), "seq_cst")
-    asleep = b.load_atomic(field(b, pool, SLEEPERS), "seq_cst", 4, name="asleep")
+        b.store(a, member(b, shared, i))
+    b.atomic_rmw("add", member(b, shared, RUN), U.i32(1), "seq_cst")
+    asleep = b.load_atomic(member(b, pool, SLEEPERS), "seq_cst", 4, name="asleep")
     b.cbranch(b.icmp_unsigned("!=", asleep, U.i32(0)), wake_bb, done)
     b.position_at_end(wake_bb)
-    b.call(wake, [field(b, shared, RUN)])
+    b.call(wake, [member(b, shared, RUN)])
     b.branch(done)
     b.position_at_end(done)
-    b.ret(b.load(field(b, shared, NTHREADS), name="nthreads"))
+    b.ret(b.load(member(b, shared, NTHREADS), name="nthreads"))
 
     release = ir.Function(module, ir.FunctionType(U.VOID, [U.I8P]), name=RELEASE)
     release.args[0].name = "arena"
     entry, stop, join, joined, out = (release.append_basic_block(x) for x in ("entry", "stop", "join", "joined", "out"))
     b = ir.IRBuilder(entry)
     pool = pool_of(b, release.args[0])
-    shared = field(b, pool, 0, name="shared")
+    shared = member(b, pool, 0, name="shared")
     running, _ = ours(b, pool)
     b.cbranch(running, stop, out)
     b.position_at_end(stop)
-    b.store_atomic(U.i32(1), field(b, pool, STOP), "release", 4)
-    b.atomic_rmw("add", field(b, shared, RUN), U.i32(1), "seq_cst")
-    b.call(wake, [field(b, shared, RUN)])
-    started = b.load(field(b, pool, STARTED), name="started")
+    b.store_atomic(U.i32(1), member(b, pool, STOP), "release", 4)
+    b.atomic_rmw("add", member(b, shared, RUN), U.i32(1), "seq_cst")
+    b.call(wake, [member(b, shared, RUN)])
+    started = b.load(member(b, pool, STARTED), name="started")
     pjoin = U.declare(module, "pthread_join", U.I32, [U.I64, U.I8P.as_pointer()])
     b.cbranch(b.icmp_signed(">", started, U.i32(0)), join, joined)
     b.position_at_end(join)
     t = b.phi(U.I32, name="t")
     t.add_incoming(U.i32(0), stop)
-    h = b.load(b.gep(field(b, pool, HANDLES, 0), [b.zext(t, U.I64)], inbounds=True), name="handle")
+    h = b.load(b.gep(member(b, pool, HANDLES, 0), [b.zext(t, U.I64)], inbounds=True), name="handle")
     b.call(pjoin, [h, ir.Constant(U.I8P.as_pointer(), None)])
     t1 = b.add(t, U.i32(1), name="t.next")
     t.add_incoming(t1, join)
     b.cbranch(b.icmp_signed("<", t1, started), join, joined)
     b.position_at_end(joined)
-    b.store(U.i32(0), field(b, pool, LIVE))
+    b.store(U.i32(0), member(b, pool, LIVE))
     b.branch(out)
     b.position_at_end(out)
     b.ret_void()
