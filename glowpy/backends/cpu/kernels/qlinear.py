@@ -37,8 +37,10 @@ def _centered(b: ir.IRBuilder, v, dtype: np.dtype, zp: int):
 
 
 def emit_qlinear_add(module: ir.Module, name: str, out_shape, a_strides, b_strides, a_dtype, b_dtype, y_dtype,
-                     az: int, bz: int, ra: float, rb: float, yz: int) -> ir.Function:
-    """out = saturate(rint(ra * (A - az) + rb * (B - bz)) + yz), A and B broadcast by their strides."""
+                     az: int, bz: int, ra: float, rb: float, yz: int, scalar: str = "") -> ir.Function:
+    """out = saturate(rint(fma(A, ra, fma(B, rb, c)))) with c = yz - (ra * az + rb * bz), as onnxruntime's x86
+    kernel computes it (ir/ops/quant.py `qlinear_add`); a one-element operand (`scalar` "a" or "b") is
+    folded with a plain multiply and add, as there. A and B broadcast by their strides."""
     dims, st = U.merge_nest(list(out_shape), [U.contiguous_strides(out_shape), list(a_strides), list(b_strides)])
     fn, b = U.new_function(module, name, [("out", I8.as_pointer()), ("a", I8.as_pointer()), ("b", I8.as_pointer()),
                                           ("tid", I32), ("nthreads", I32)], internal=False)
@@ -46,10 +48,22 @@ def emit_qlinear_add(module: ir.Module, name: str, out_shape, a_strides, b_strid
     for arg in (pa, pb):
         arg.add_attribute("noalias")
 
+    f = np.float32
+    c = f(f(yz) - f(f(f(ra) * f(az)) + f(f(rb) * f(bz))))
+    fma = U.declare(b.module, "llvm.fma.f32", F32, [F32] * 3)
+
+    def raw(v, dtype):
+        return b.sitofp(b.zext(v, I32) if np.dtype(dtype) == np.uint8 else b.sext(v, I32), F32)
+
     def body(offs, _idx) -> None:
-        va = b.fmul(ir.Constant(F32, ra), _centered(b, b.load(b.gep(pa, [offs[1]])), a_dtype, az))
-        vb = b.fmul(ir.Constant(F32, rb), _centered(b, b.load(b.gep(pb, [offs[2]])), b_dtype, bz))
-        b.store(requantize_scalar(b, b.fadd(va, vb), yz, y_dtype), b.gep(out, [offs[0]]))
+        fa, fb = raw(b.load(b.gep(pa, [offs[1]])), a_dtype), raw(b.load(b.gep(pb, [offs[2]])), b_dtype)
+        if scalar == "b":
+            y = b.call(fma, [fa, ir.Constant(F32, ra), b.fadd(ir.Constant(F32, float(c)), b.fmul(fb, ir.Constant(F32, rb)))])
+        elif scalar == "a":
+            y = b.call(fma, [fb, ir.Constant(F32, rb), b.fadd(ir.Constant(F32, float(c)), b.fmul(fa, ir.Constant(F32, ra)))])
+        else:
+            y = b.call(fma, [fa, ir.Constant(F32, ra), b.call(fma, [fb, ir.Constant(F32, rb), ir.Constant(F32, float(c))])])
+        b.store(requantize_scalar(b, y, 0, y_dtype), b.gep(out, [offs[0]]))
 
     U.nest(b, dims, st, [U.i64(0)] * 3, body, split=(tid, nt) if dims else None, name="q")
     b.ret_void()
@@ -115,7 +129,7 @@ def _lower_QLinearAdd(low: Lowering, node: Node) -> None:
     ra, rb = np.float32(as_ / ys), np.float32(bs / ys)
     fn = emit_qlinear_add(low.kmod(), low.fname([node]), out.shape, _bcast_strides(a.shape, out.shape),
                           _bcast_strides(bv.shape, out.shape), a.dtype, bv.dtype, out.dtype, int(az), int(bz),
-                          float(ra), float(rb), int(yz))
+                          float(ra), float(rb), int(yz), "a" if a.type.size == 1 else "b" if bv.type.size == 1 else "")
     low.add(Step(fn.name, fn, [low.val(out), low.val(a), low.val(bv)], [out], [node], work=8.0 * out.type.size))
 
 
