@@ -160,7 +160,7 @@ class SharedGraph:
         missing = [n for n in self.input_names if n not in inputs]
         if missing:
             raise UnidentifiedName(f"{self.key}: no value for input(s) {missing}")
-        feeds = {n: np.ascontiguousarray(inputs[n]) for n in self.input_names}
+        feeds = {n: np.require(inputs[n], requirements="C") for n in self.input_names}  # 0-d stays 0-d
         outputs = {name: np.empty(shape, dtype) for name, dtype, shape in self.output_types(feeds)}
         keep: list = []
         ins = _descriptors(feeds, keep)
@@ -300,7 +300,7 @@ class OnnxifiOp:
         if missing:
             raise UnidentifiedName(f"{self.key}: unfulfilled initializer(s): {', '.join(missing)} "
                                    "(not in the workspace)", expected=names, found=sorted(set(names) - set(missing)))
-        weights = {n: np.ascontiguousarray(self.workspace[n]) for n in names}
+        weights = {n: np.require(self.workspace[n], requirements="C") for n in names}
         return SharedGraph(self._lib, self.key, _weightless(proto, weights), weights, self._backend)
 
     @property

@@ -162,6 +162,7 @@ TRANSPOSE = {
     "identity": ((2, 3, 4), (0, 1, 2)),
     "size1": ((1, 3, 1), (2, 0, 1)),
     "1d": ((5,), (0,)),
+    "scalar": ((), None),  # default perm; stays 0-d (ascontiguousarray would make it 1-d)
 }
 
 

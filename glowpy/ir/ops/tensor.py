@@ -47,7 +47,7 @@ def _transpose_infer(attrs: dict, x: TensorType) -> TensorType:
 @op("Transpose", dtypes=ANY_TYPES, infer=_transpose_infer, attrs={"perm": REQUIRED})
 def transpose(attrs: dict, x: np.ndarray) -> np.ndarray:
     """Permute dims by `perm`."""
-    return np.ascontiguousarray(np.transpose(x, attrs["perm"]))
+    return np.require(np.transpose(x, attrs["perm"]), requirements="C")  # a scalar stays 0-d
 
 
 def _concat_infer(attrs: dict, *xs: TensorType) -> TensorType:
