@@ -13,9 +13,12 @@ import glowpy
 from glowpy.models import LIGHT_MODELS, light_model_path, light_output_path
 
 RANDOM_MODELS = ("resnet50", "squeezenet", "densenet121", "inception_v2", "shufflenet")
+# The light models whose cold compiles take seconds each run in the test command's second step (-m heavy).
+BIG_LIGHT_MODELS = {"densenet121", "inception_v1", "inception_v2", "shufflenet", "vgg19", "zfnet512"}
 
 
-@pytest.mark.parametrize("name", LIGHT_MODELS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.heavy) if n in BIG_LIGHT_MODELS else n
+                                  for n in LIGHT_MODELS])
 def test_light_model_matches_shipped_output(name: str, backend: str) -> None:
     compiled = glowpy.compile(light_model_path(name), backend=backend)
     feeds = {n: np.ones(t.shape, t.dtype) for n, t in compiled.input_types.items()}

@@ -69,8 +69,8 @@ def _summary(source: str, outcomes: list[Outcome], assumed: list[Outcome]) -> st
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("source", [pytest.param(s, marks=pytest.mark.heavy) if s == "onnx-node-tests" else s
-                                    for s in SOURCES])
+@pytest.mark.parametrize("source", [pytest.param(s, marks=pytest.mark.heavy) if s in ("onnx-node-tests", "op-tests")
+                                    else s for s in SOURCES])
 def test_cheap_and_full_paths_agree(source: str, backend: str) -> None:
     cases = _cases(source, backend)
     assert cases, f"no {source} cases"

@@ -85,6 +85,11 @@ def test_gelu_f64(backend):
     check(backend, "Gelu", [randn(7, dtype=F64)], opset=20, attrs={"approximate": "tanh"})
 
 
+@pytest.mark.parametrize("attrs", [{}, {"alpha": 0.7}], ids=["default", "alpha"])
+def test_swish(backend, attrs):
+    check(backend, "Swish", [randn(3, 5) * 3], opset=24, attrs=attrs)
+
+
 # --- Clip ------------------------------------------------------------------------------------------
 
 CLIP_ATTRS = {"none": {}, "min": {"min": -0.5}, "max": {"max": 0.25}, "both": {"min": -0.5, "max": 0.5}}

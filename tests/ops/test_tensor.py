@@ -5,6 +5,7 @@ opset where the op changed, negative axes, clamping."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -566,3 +567,24 @@ def test_constant_of_shape_from_shape(backend):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     got = glowpy.compile(model, backend=backend).run({"x": x})["y"]
     np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-6)
+
+
+# --- Loop (one node: its shapes checked from the body, not taken as declared) ------------------------
+
+
+def _doubling_body() -> onnx.GraphProto:
+    """(i, cond, x) -> (cond, x * 2): a loop-carried value, no scan output."""
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    return helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Mul", ["x_in", "two"], ["x_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [2, 3])], initializer=[two])
+
+
+@pytest.mark.parametrize("trip", [0, 3])
+def test_loop_carried_value_with_a_run_time_trip_count(backend, trip):
+    check(backend, "Loop", [np.array(trip, np.int64), np.array(True), randn(2, 3)], opset=16,
+          attrs={"body": _doubling_body()})
