@@ -28,8 +28,9 @@ HOST_NODES = {"NonZero": 2 * CLASSES, "If": 1}
 DETECTIONS = 300  # torchvision's detections_per_img: the outputs are cut to the 300 best
 # The random-weight head gives logits of std 4.5 up to |20|, so float32 rounding is visible: against a float64
 # run of the backbone and heads the largest logit error is 6.7e-3 for onnxruntime, 1.9e-2 for glowpy cpu,
-# 1.2e-3 for glowpy's interpreter. Decoded boxes then differ by up to 0.08 px (of 320), scores by 1.6e-4.
-BOX_ATOL, SCORE_ATOL = 0.25, 5e-4
+# 1.2e-3 for glowpy's interpreter. Decoded boxes then differ by up to 0.25 px (of 320: the zoo's rtol 1e-3
+# of the image), scores by 1.6e-4.
+BOX_ATOL, SCORE_ATOL = 1e-3 * 320, 5e-4
 
 
 def test_the_full_compile_refuses_it_only_for_data_dependent_ops() -> None:
@@ -77,6 +78,11 @@ def test_it_runs_as_glowpy_subgraphs_and_matches_onnxruntime() -> None:
     for name in ("boxes", "scores", "labels"):
         assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape, name
     missing, extra = unmatched(got, want)
+    # At the cut, a detection whose score is within rounding of the 300th may be in one engine's 300 and
+    # not in the other's: only those may go unmatched.
+    cut = min(want["scores"].min(), got["scores"].min()) + SCORE_ATOL
+    missing = [i for i in missing if want["scores"][i] > cut]
+    extra = [j for j in extra if got["scores"][j] > cut]
     assert not missing and not extra, (f"onnxruntime's detections {missing} have no match in glowpy's; glowpy's "
                                        f"{extra} are left over")
     assert np.all(np.diff(got["scores"]) <= 0)  # still sorted by score

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import glowpy
+from glowpy.backends.cpu.kernels import conv
 from glowpy.backends.cpu.kernels.conv import _Geometry, winograd_tile
 from glowpy.backends.cpu.target import isa_available
 
@@ -23,6 +24,20 @@ SHAPES = {
     "resnet_28_C128": ((1, 128, 28, 28), 128, (1, 1, 1, 1), 4),
     "f2_5x5": ((1, 16, 5, 5), 16, (1, 1, 1, 1), 2),
 }
+
+
+DEFAULT_TILES = conv.WINOGRAD_TILES  # before any test widens it
+
+
+@pytest.fixture(autouse=True)
+def f4_allowed(monkeypatch):
+    """F(4x4) is out of the default selection (conv.WINOGRAD_TILES); these tests choose and run it.
+    Every cpu compile here passes cache=False, so no kernel of the other selection is reused."""
+    monkeypatch.setattr(conv, "WINOGRAD_TILES", (4, 2))
+
+
+def test_the_default_selection_leaves_f4_out() -> None:
+    assert DEFAULT_TILES == (2,)
 
 
 def _geo(x_shape, m, pads) -> _Geometry:
