@@ -24,7 +24,7 @@ from glowpy.backends.cpu.vector import I64, Loop, VecIR, block_loop, panel_walk
 from glowpy.errors import InternalError, MismatchingShape
 
 from .common import KernelInfo
-from .gemm import choose_tile, emit_tile, kernel_function
+from .gemm import choose_tile, emit_tile, full_or_edge_panel, kernel_function
 
 KC = 256  # reduction chunk: an output sums ceil(K / KC) chunk sums
 
@@ -158,17 +158,7 @@ def emit_batched_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, b
 
             block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=tile)
 
-        if n_edge == 0:
-            run(nv, 0)
-        elif nfull == 0:
-            run(math.ceil(n_edge / vw), n_edge % vw)
-        else:
-            is_full = bl.icmp_signed("<", nb, ir.Constant(I64, nfull), name="panel.isfull")
-            with bl.if_else(is_full) as (then, otherwise):
-                with then:
-                    run(nv, 0)
-                with otherwise:
-                    run(math.ceil(n_edge / vw), n_edge % vw)
+        full_or_edge_panel(bl, nb, nfull=nfull, edge=n_edge, nv=nv, vw=vw, run=run)
 
     panel_walk(vx, lo=lo, hi=hi, mblocks=mblocks, body=do_panel)
     bl.ret_void()

@@ -47,7 +47,7 @@ from glowpy.ir.ops.nn import conv_out_dim
 
 from .common import KernelInfo
 from .depthwise import emit_depthwise, pack_depthwise, use_direct
-from .gemm import choose_tile, emit_tile, kernel_function
+from .gemm import choose_tile, emit_tile, full_or_edge_panel, kernel_function
 
 # Reduction chunking: a panel's chunk of the vector operand (kc x NR floats) and the chunk of
 # weights (rows x kc) should stay cache-resident while the tiles pass over them. Measured on Zen 4
@@ -240,24 +240,6 @@ def _pack_channel_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     bp = np.zeros((geo.group, mpanels * nr), np.float32)
     bp[:, :geo.Mg] = bias.reshape(geo.group, geo.Mg)
     return [np.ascontiguousarray(wg.reshape(geo.group, mpanels, nr, kg).transpose(0, 1, 3, 2)).ravel(), bp.ravel()]
-
-
-def full_or_edge_panel(b: ir.IRBuilder, nb: ir.Value, *, nfull: int, edge: int, nv: int, vw: int, run) -> None:
-    """Emit `run(nvec, tail_lanes)` for panel `nb`: the full width for the first `nfull` panels, the
-    masked edge of `edge` columns for the last one (code for a case only where it can occur)."""
-    edge_args = (math.ceil(edge / vw), edge % vw)
-    if edge == 0:
-        run(nv, 0)
-    elif nfull == 0:
-        run(*edge_args)
-    else:
-        with b.if_else(b.icmp_signed("<", nb, ir.Constant(I64, nfull), name="panel.isfull")) as (full, part):
-            with full:
-                run(nv, 0)
-            with part:
-                run(*edge_args)
-
-
 
 
 def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:

@@ -106,6 +106,23 @@ def _epilogue_store(vx: VecIR, val, ptr, mask, activation, params) -> None:
     vx.store(vx.activation(val, activation, params), ptr, mask)
 
 
+def full_or_edge_panel(b: ir.IRBuilder, nb: ir.Value, *, nfull: int, edge: int, nv: int, vw: int, run) -> None:
+    """Emit `run(nvec, tail_lanes)` for panel `nb`: the full width for the first `nfull` panels, the
+    masked edge of `edge` columns for the last one (code for a case only where it can occur)."""
+    edge_args = (math.ceil(edge / vw), edge % vw)
+    if edge == 0:
+        run(nv, 0)
+    elif nfull == 0:
+        run(*edge_args)
+    else:
+        with b.if_else(b.icmp_signed("<", nb, ir.Constant(I64, nfull), name="panel.isfull")) as (full, part):
+            with full:
+                run(nv, 0)
+            with part:
+                run(*edge_args)
+
+
+
 def emit_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, a_trans: bool, b: np.ndarray | None,
               b_trans: bool, alpha: float, bias: np.ndarray | None, bias_kind: str, activation: str,
               activation_params, vector_width: int) -> KernelInfo:
@@ -248,17 +265,7 @@ def emit_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, a_trans: 
 
                 block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=tile)
 
-            if n_edge == 0:
-                run(nv, 0)
-            elif nfull == 0:
-                run(math.ceil(n_edge / vw), n_edge % vw)
-            else:
-                is_full = bl.icmp_signed("<", nb, ir.Constant(I64, nfull), name="panel.isfull")
-                with bl.if_else(is_full) as (then, otherwise):
-                    with then:
-                        run(nv, 0)
-                    with otherwise:
-                        run(math.ceil(n_edge / vw), n_edge % vw)
+            full_or_edge_panel(bl, nb, nfull=nfull, edge=n_edge, nv=nv, vw=vw, run=run)
 
         panel_walk(vx, lo=lo, hi=hi, mblocks=mblocks, body=do_panel)
 
