@@ -100,6 +100,34 @@ def test_external_data_loads_relative_to_model(tmp_path: Path) -> None:
         glowpy.load(tmp_path / "m.onnx")
 
 
+def _short_tensor(name: str, raw: bool) -> TensorProto:
+    """A FLOAT [2, 3] tensor whose payload holds fewer values than its dims need."""
+    t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=[2, 3])
+    if raw:
+        t.raw_data = b"\0" * 10  # not a whole number of floats
+    else:
+        t.float_data.extend([1.0, 2.0])
+    return t
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["typed", "raw"])
+@pytest.mark.parametrize("op", ["Constant", "ConstantOfShape"])
+def test_broken_tensor_attribute_is_an_invalid_model(op: str, raw: bool) -> None:
+    # The check and the full path agree: a payload that does not fit its dims is the model's fault.
+    shape = helper.make_tensor("s", TensorProto.INT64, [2], [2, 3])
+    node = (helper.make_node("Constant", [], ["y"], value=_short_tensor("c", raw)) if op == "Constant" else
+            helper.make_node("ConstantOfShape", ["s"], ["y"], value=_short_tensor("c", raw)))
+    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                              initializer=[shape] if op == "ConstantOfShape" else [])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    what = "the value" if op == "Constant" else "the fill value"
+    verdict = glowpy.check(model).nodes[0]
+    assert verdict.status.name == "INVALID_MODEL" and f"{what} cannot be read" in verdict.reason
+    with pytest.raises(InvalidModel, match=f"node 'y' \\({op}, opset 17\\): {what} cannot be read") as err:
+        glowpy.compile(model, backend="interpreter")
+    assert err.value.expected == "a FLOAT payload of shape [2, 3]"
+
+
 def test_symbolic_dims_must_be_bound() -> None:
     model = conv_model(dims=["N", 3, 8, 8])
     with pytest.raises(UnsupportedShape, match="graph input 'X' has symbolic dim 'N'"):

@@ -42,7 +42,7 @@ from glowpy.errors import (
     UnsupportedOperator,
     UnsupportedShape,
 )
-from glowpy.importer.context import NodeContext
+from glowpy.importer.context import NodeContext, read_tensor
 from glowpy.importer.onnx_import import ModelLike, read_model
 from glowpy.importer.specialize import TYPE_ONLY_OPS, shape_operands
 from glowpy.importer.table import OnnxOp, normalize_domain
@@ -431,7 +431,7 @@ class Checker(Host):
         if math.prod(tensor.dims) > CONSTANT_LIMIT or tensor.data_location == TensorProto.EXTERNAL:
             dims = tuple(int(d) for d in tensor.dims)
             return Value(ctx.node.output[i], TensorType(dtype_from_onnx(tensor.data_type), dims), "constant")
-        return self.output_constant(ctx, i, numpy_helper.to_array(tensor))
+        return self.output_constant(ctx, i, read_tensor(tensor, what="the value"))
 
     # --- subgraph bodies: a child checker per body, its verdicts reported under the control node ---------
 

@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from onnx import NodeProto, TensorProto
+import onnx
+from onnx import NodeProto, TensorProto, numpy_helper
 
 from glowpy.errors import GlowpyError, InternalError, InvalidModel, UnsupportedAttribute, UnsupportedShape
 from glowpy.importer.table import OnnxOp, attribute_values, require_const_operand, schema_defaults
@@ -15,6 +16,17 @@ from glowpy.ir.graph import Value
 if TYPE_CHECKING:
     from glowpy.importer.walk import Body, Host
     from glowpy.ir.types import TensorType
+
+
+def read_tensor(t: TensorProto, base_dir: str = "", what: str = "") -> np.ndarray:
+    """The payload of an ONNX tensor (an initializer, a Constant's value). A payload that does not fit
+    its dims or type is a broken model: InvalidModel, naming `what` (else the tensor)."""
+    try:
+        return numpy_helper.to_array(t, base_dir)
+    except (OSError, ValueError, TypeError, onnx.checker.ValidationError) as e:
+        raise InvalidModel(f"{what or f'tensor {t.name!r}'} cannot be read",
+                           expected=f"a {TensorProto.DataType.Name(t.data_type)} payload of shape {list(t.dims)}",
+                           found=str(e)) from None
 
 
 class NodeContext:

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto, numpy_helper
+from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto
 
 from glowpy.errors import GlowpyError, InternalError, InvalidModel, InvalidProtobuf, UnsupportedShape
-from glowpy.importer.context import NodeContext
+from glowpy.importer.context import NodeContext, read_tensor
 from glowpy.importer.table import OnnxOp
 from glowpy.importer.walk import (
     MIN_IR_VERSION,
@@ -110,10 +110,7 @@ class GraphHost(Host):
         if t.data_location == onnx.TensorProto.EXTERNAL and self.base_dir is None:
             raise InvalidModel(f"initializer '{t.name}' is stored in an external file; load the model from "
                                f"its path so the file can be found")
-        try:
-            arr = numpy_helper.to_array(t, self.base_dir or "")
-        except (OSError, ValueError, onnx.checker.ValidationError) as e:
-            raise InvalidModel(f"initializer '{t.name}' cannot be read: {e}") from None
+        arr = read_tensor(t, self.base_dir or "", f"initializer '{t.name}'")
         arr.flags.writeable = False
         if self.owns_proto:
             # The array holds the data now: drop the proto's copy so import does not peak at 2x.
@@ -219,7 +216,7 @@ class GraphHost(Host):
         return self.constant(ctx, data, f"output{i}")
 
     def tensor_constant(self, ctx: NodeContext, i: int, tensor: onnx.TensorProto) -> Value:
-        return self.output_constant(ctx, i, numpy_helper.to_array(tensor, self.base_dir or ""))
+        return self.output_constant(ctx, i, read_tensor(tensor, self.base_dir or "", "the value"))
 
     # --- subgraph bodies ------------------------------------------------------------------------------
 

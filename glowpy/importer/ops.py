@@ -12,10 +12,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import numpy_helper
 
 from glowpy.errors import InvalidModel, MismatchingShape, UnsupportedDatatype
-from glowpy.importer.context import NodeContext
+from glowpy.importer.context import NodeContext, read_tensor
 from glowpy.importer.table import (
     AUTO_PAD,
     BOOL_INT,
@@ -180,7 +179,7 @@ def constant_of_shape(ctx: NodeContext) -> list[Value]:
         if not is_supported_onnx_dtype(value.data_type):
             raise ctx.error(UnsupportedDatatype, "fill element type not supported",
                             found=onnx_type_name(value.data_type))
-        fill = numpy_helper.to_array(value).reshape(-1)
+        fill = read_tensor(value, what="the fill value").reshape(-1)
     if any(d < 0 for d in shape):
         raise ctx.unsupported("shape has negative dims", found=list(shape))
     check_tensor(ctx.node.output[0], fill.dtype, shape, node=ctx.name, op=ctx.node.op_type)
