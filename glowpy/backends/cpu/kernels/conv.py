@@ -6,7 +6,9 @@ B is read as vectors along p:
 - 1x1, stride 1, no padding: B is the input itself (rows of H*W floats), no packing at all.
 - stride 1 with OW == W ("same" width): input pixel = output pixel + a constant shift per (kh, kw), so
   one panel of B (K x NR pixels) is packed with masked contiguous loads (the mask zeroes padding).
-- anything else (strides, other paddings): the panel is packed with masked gathers.
+- anything else (strides, other paddings): per image and reduction chunk the input is first rearranged
+  into phase planes (`_PhasePlanes`: per channel, kernel column and row phase, rows of OW floats with
+  the padding as zeros), in which every tap of a panel is again one contiguous load at a constant offset.
 A panel is packed once per thread into its scratch and reused by every row block of output channels.
 Small maps (7x7, 6x6, 1x1) would waste vector lanes over pixels, so there the tile is transposed: a few
 pixels broadcast x vectors of output channels, and the epilogue scatters down NCHW columns.
@@ -46,7 +48,7 @@ from glowpy.errors import MismatchingShape, UnsupportedShape
 from glowpy.ir.ops.nn import conv_out_dim
 
 from .common import KernelInfo
-from .depthwise import emit_depthwise, pack_depthwise, use_direct
+from .depthwise import _phase_lanes, emit_depthwise, pack_depthwise, use_direct
 from .gemm import choose_tile, emit_tile, full_or_edge_panel, kernel_function
 
 # Reduction chunking: a panel's chunk of the vector operand (kc x NR floats) and the chunk of
@@ -55,12 +57,17 @@ from .gemm import choose_tile, emit_tile, full_or_edge_panel, kernel_function
 # split very large reductions, which bounds the scratch and keeps the weights of a chunk in L2/L3.
 L1_PANEL_BYTES = 128 * 1024
 L2_WEIGHT_BYTES = 4 * 1024 * 1024
+# A chunk's phase planes (strided convs) are written once per image and read back by its panels.
+PHASE_PLANE_BYTES = 4 * 1024 * 1024
 
 
-def chunk_channels(cg: int, khkw: int, nr: int, m_padded: int) -> int:
-    """Channels per reduction chunk within both budgets, balanced (chunks differ by at most one channel)."""
+def chunk_channels(cg: int, khkw: int, nr: int, m_padded: int, plane_floats: int = 0) -> int:
+    """Channels per reduction chunk within the budgets (plane_floats: phase-plane floats per channel),
+    balanced (chunks differ by at most one channel)."""
     kc = min(L1_PANEL_BYTES // (nr * 4), L2_WEIGHT_BYTES // (m_padded * 4))
     cc = max(1, min(cg, kc // khkw))
+    if plane_floats:
+        cc = max(1, min(cc, PHASE_PLANE_BYTES // (plane_floats * 4)))
     return math.ceil(cg / math.ceil(cg / cc))
 
 
@@ -166,6 +173,98 @@ def _load_tap(vx: VecIR, plane, p0, src, mask, name: str):
     return vx.gather(plane, where, m, name=name)
 
 
+class _PhasePlanes:
+    """The input of a strided or width-changing conv rearranged so that each tap of a panel is contiguous.
+
+    Per input channel, kernel column kw and row phase py (input rows r * sh + py): rows of OW floats,
+    row r holding x[r * sh + py, ow * sw + kw * dw - pl] (zero where that is padding). Output pixel
+    p = oh * OW + ow of tap (kh, kw) then sits at the constant offset `tap(kh, kw)` + p of its channel.
+    Only the rows some output row reads are kept: OH + (qmax - qmin) per phase, for the taps'
+    row quotients q = (kh * dh - pt) // sh of that phase."""
+
+    def __init__(self, geo: _Geometry) -> None:
+        self.geo = geo
+        quot: dict[int, list[int]] = {}
+        for kh in range(geo.KH):
+            py, q = (kh * geo.dh - geo.pt) % geo.sh, (kh * geo.dh - geo.pt) // geo.sh
+            quot.setdefault(py, []).append(q)
+        self.segments = []  # (py, qmin, rows, float offset within a kernel column)
+        at = 0
+        for py in sorted(quot):
+            qmin, rows = min(quot[py]), geo.OH + max(quot[py]) - min(quot[py])
+            self.segments.append((py, qmin, rows, at))
+            at += rows * geo.OW
+        self._seg = {py: (qmin, at_) for py, qmin, _, at_ in self.segments}
+        self.column = at  # floats per kernel column of one channel
+        self.channel = geo.KW * at
+
+    def tap(self, kh: int, kw: int) -> int:
+        geo = self.geo
+        dy = kh * geo.dh - geo.pt
+        qmin, at = self._seg[dy % geo.sh]
+        return kw * self.column + at + (dy // geo.sh - qmin) * geo.OW
+
+
+def _build_phase_planes(vx: VecIR, geo: _Geometry, ph: _PhasePlanes, planes, x_img, c0, ncc) -> None:
+    """Channels [c0, c0 + ncc) of one image (group) into `planes`. A row's kernel column is OW strided
+    input values: s = sw contiguous vectors per output vector, masked to the image, deinterleaved."""
+    b, vw, s = vx.b, vx.vw, geo.sw
+    lp = Loop(vx, "phase.c", 0, ncc)
+    src_c = vx.gep(x_img, vx.off((b.add(c0, lp.i), geo.HW)), name="phase.src")
+    dst_c = vx.gep(planes, vx.off((lp.i, ph.channel)), name="phase.dst")
+    nchunks = math.ceil(geo.OW / vw)
+    for kw in range(geo.KW):
+        dx = kw * geo.dw - geo.pl
+        for py, qmin, rows, at in ph.segments:
+            seg = vx.gep(dst_c, kw * ph.column + at, name="phase.seg")
+            # rows r whose input row (r + qmin) * sh + py lies in the image; the rest are padding
+            r_lo = min(rows, max(0, -qmin))
+            r_hi = max(r_lo, min(rows, (geo.H - 1 - py) // geo.sh - qmin + 1))
+            for z0, z1 in ((0, r_lo), (r_hi, rows)):
+                _zero_floats(vx, vx.gep(seg, z0 * geo.OW), (z1 - z0) * geo.OW)
+            if r_hi == r_lo:
+                continue
+            rl = Loop(vx, "phase.row", r_lo, r_hi)
+            iy = vx.off((rl.i, geo.sh), qmin * geo.sh + py)
+            src_row = vx.gep(src_c, vx.off((iy, geo.W)), name="phase.srow")
+            dst_row = vx.gep(seg, vx.off((rl.i, geo.OW)), name="phase.drow")
+            for j in range(nchunks):
+                x0 = j * vw * s + dx  # input column of lane 0 of the chunk's first source vector
+                vecs = []
+                for t in range(s):
+                    valid = [0 <= x0 + t * vw + i < geo.W for i in range(vw)]
+                    if not any(valid):
+                        vecs.append(vx.zero)
+                        continue
+                    mask = None if all(valid) else ir.Constant(vx.mty, [int(v) for v in valid])
+                    vecs.append(vx.load(vx.gep(src_row, x0 + t * vw), mask, name="phase.in"))
+                val = vecs[0] if s == 1 else _phase_lanes(vx, vecs, 0, s)
+                tail = geo.OW - j * vw
+                vx.store(val, vx.gep(dst_row, j * vw), vx.lane_mask(tail) if tail < vw else None)
+            rl.close()
+    lp.close()
+
+
+def _zero_floats(vx: VecIR, ptr, n: int) -> None:
+    if n:
+        fn = U.declare(vx.m, "llvm.memset.p0.i64", U.VOID, [PTR, U.I8, I64, U.I1])
+        vx.b.call(fn, [ptr, ir.Constant(U.I8, 0), ir.Constant(I64, 4 * n), ir.Constant(U.I1, 0)])
+
+
+def _pack_phases(vx: VecIR, geo: _Geometry, ph: _PhasePlanes, buf, planes, ncc, p0, nr: int, nvec: int,
+                 last_lanes: int) -> None:
+    """The panel's im2col rows of a chunk (ncc channels) from its phase planes: contiguous loads."""
+    lp = Loop(vx, "pack.c", 0, ncc)
+    plane = vx.gep(planes, vx.off((lp.i, ph.channel)), name="pplane")
+    row0 = vx.gep(buf, vx.off((lp.i, geo.KHKW * nr)), name="brow")
+    masks = [None] * (nvec - 1) + [vx.lane_mask(last_lanes) if last_lanes else None]
+    for kh, kw, _, _ in geo.taps():
+        for v in range(nvec):
+            val = _load_tap(vx, plane, p0, ph.tap(kh, kw) + v * vx.vw, masks[v], name=f"t{kh}_{kw}")
+            vx.store(val, vx.gep(row0, (kh * geo.KW + kw) * nr + v * vx.vw))
+    lp.close()
+
+
 def _prepare(x_shape, w, bias, strides, pads, dilations, group) -> tuple[_Geometry, np.ndarray, np.ndarray]:
     w = np.asarray(w, np.float32)
     if w.ndim != 4 or len(x_shape) != 4:
@@ -252,20 +351,25 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
 
     packed = _pack_gemm_conv(geo, w, bias, vw)
 
-    cc = chunk_channels(geo.Cg, geo.KHKW, nr, mblocks * mr)
     direct = geo.direct
-    scratch_bytes = 0 if direct else cc * geo.KHKW * nr * 4 + 64
+    phases = None if direct or geo.shift else _PhasePlanes(geo)
+    cc = chunk_channels(geo.Cg, geo.KHKW, nr, mblocks * mr, phases.channel if phases else 0)
+    panel_floats = cc * geo.KHKW * nr
+    scratch_bytes = 0 if direct else (panel_floats + (cc * phases.channel if phases else 0)) * 4 + 64
 
     fn = kernel_function(module, name, len(packed))
     out_p, x_p, res_p, scratch_p, w_p, bias_p = fn.args[:6]
     tid, nthreads = fn.args[-2:]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     vx = VecIR(module, b, vw)
-    buf = None
+    buf = planes = None
     if not direct:
         raw = b.ptrtoint(scratch_p, I64, name="scratch.addr")
         up = b.add(raw, ir.Constant(I64, 63), name="scratch.up")
         buf = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="panel.buf")
+    if phases:
+        planes = vx.gep(buf, panel_floats, name="phase.planes")
+        planes_of = b.alloca(I64, name="phase.img")  # the image (x group) the planes hold, -1: none
 
     lo, hi = U.thread_range(vx.b, geo.N * geo.group * nblocks * mblocks, tid, nthreads, "unit")
 
@@ -274,12 +378,18 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
         from bias (+ residual), later ones from the partial sums in out; the last applies the activation.
         Reading the residual before out is first written keeps out == residual (in place) safe."""
         kc = ncc * geo.KHKW if isinstance(ncc, int) else b.mul(ncc, ir.Constant(I64, geo.KHKW), name="kc")
+        if phases:
+            b.store(ir.Constant(I64, -1), planes_of)
 
         def do_panel(panel, mb_lo, mb_hi) -> None:
             nb = b.urem(panel, ir.Constant(I64, nblocks), name="nb")
             img_g = b.udiv(panel, ir.Constant(I64, nblocks), name="img_g")  # n * group + g
             g = b.urem(img_g, ir.Constant(I64, geo.group), name="g")
             x_img = vx.gep(x_p, vx.off((img_g, geo.Cg * geo.HW)), name="x.img")
+            if phases:  # a thread's panels are contiguous: each image's planes are built once per chunk
+                with b.if_then(b.icmp_signed("!=", img_g, b.load(planes_of, typ=I64), name="phase.stale")):
+                    _build_phase_planes(vx, geo, phases, planes, x_img, c0, ncc)
+                    b.store(img_g, planes_of)
             out_img = vx.gep(out_p, vx.off((img_g, geo.Mg * geo.P)), name="out.img")
             res_img = vx.gep(res_p, vx.off((img_g, geo.Mg * geo.P)), name="res.img") if has_residual else None
             p0 = b.mul(nb, ir.Constant(I64, nr), name="p0")
@@ -288,6 +398,9 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
                 lane_masks = [None] * (nvec - 1) + [vx.lane_mask(last_lanes) if last_lanes else None]
                 if direct:
                     bptr, b_ks, b_masks = vx.gep(x_img, vx.off((c0, geo.HW), p0), name="bdirect"), geo.HW, lane_masks
+                elif phases:
+                    _pack_phases(vx, geo, phases, buf, planes, ncc, p0, nr, nvec, last_lanes)
+                    bptr, b_ks, b_masks = buf, nr, None
                 else:
                     _pack(vx, geo, _Panel(vx, geo, p0, nvec, last_lanes), buf, x_img, c0, ncc, p0, nr)
                     bptr, b_ks, b_masks = buf, nr, None
