@@ -207,41 +207,42 @@ class _PhasePlanes:
 
 def _build_phase_planes(vx: VecIR, geo: _Geometry, ph: _PhasePlanes, planes, x_img, c0, ncc) -> None:
     """Channels [c0, c0 + ncc) of one image (group) into `planes`. A row's kernel column is OW strided
-    input values: s = sw contiguous vectors per output vector, masked to the image, deinterleaved."""
+    input values: per output vector, sw contiguous vectors masked to the image row, deinterleaved. The
+    loops stay loops (runtime masks): unrolled over kernel columns, LLVM's O3 took seconds on them."""
     b, vw, s = vx.b, vx.vw, geo.sw
     lp = Loop(vx, "phase.c", 0, ncc)
     src_c = vx.gep(x_img, vx.off((b.add(c0, lp.i), geo.HW)), name="phase.src")
-    dst_c = vx.gep(planes, vx.off((lp.i, ph.channel)), name="phase.dst")
-    nchunks = math.ceil(geo.OW / vw)
-    for kw in range(geo.KW):
-        dx = kw * geo.dw - geo.pl
-        for py, qmin, rows, at in ph.segments:
-            seg = vx.gep(dst_c, kw * ph.column + at, name="phase.seg")
-            # rows r whose input row (r + qmin) * sh + py lies in the image; the rest are padding
-            r_lo = min(rows, max(0, -qmin))
-            r_hi = max(r_lo, min(rows, (geo.H - 1 - py) // geo.sh - qmin + 1))
-            for z0, z1 in ((0, r_lo), (r_hi, rows)):
-                _zero_floats(vx, vx.gep(seg, z0 * geo.OW), (z1 - z0) * geo.OW)
-            if r_hi == r_lo:
-                continue
-            rl = Loop(vx, "phase.row", r_lo, r_hi)
-            iy = vx.off((rl.i, geo.sh), qmin * geo.sh + py)
-            src_row = vx.gep(src_c, vx.off((iy, geo.W)), name="phase.srow")
-            dst_row = vx.gep(seg, vx.off((rl.i, geo.OW)), name="phase.drow")
-            for j in range(nchunks):
-                x0 = j * vw * s + dx  # input column of lane 0 of the chunk's first source vector
-                vecs = []
-                for t in range(s):
-                    valid = [0 <= x0 + t * vw + i < geo.W for i in range(vw)]
-                    if not any(valid):
-                        vecs.append(vx.zero)
-                        continue
-                    mask = None if all(valid) else ir.Constant(vx.mty, [int(v) for v in valid])
-                    vecs.append(vx.load(vx.gep(src_row, x0 + t * vw), mask, name="phase.in"))
-                val = vecs[0] if s == 1 else _phase_lanes(vx, vecs, 0, s)
-                tail = geo.OW - j * vw
-                vx.store(val, vx.gep(dst_row, j * vw), vx.lane_mask(tail) if tail < vw else None)
-            rl.close()
+    kl = Loop(vx, "phase.kw", 0, geo.KW)
+    dst_kw = vx.gep(planes, vx.off((lp.i, ph.channel), (kl.i, ph.column)), name="phase.dst")
+    dx = vx.off((kl.i, geo.dw), -geo.pl)  # input column of output column 0
+    for py, qmin, rows, at in ph.segments:
+        seg = vx.gep(dst_kw, at, name="phase.seg")
+        # rows r whose input row (r + qmin) * sh + py lies in the image; the rest are padding
+        r_lo = min(rows, max(0, -qmin))
+        r_hi = max(r_lo, min(rows, (geo.H - 1 - py) // geo.sh - qmin + 1))
+        for z0, z1 in ((0, r_lo), (r_hi, rows)):
+            _zero_floats(vx, vx.gep(seg, z0 * geo.OW), (z1 - z0) * geo.OW)
+        if r_hi == r_lo:
+            continue
+        rl = Loop(vx, "phase.row", r_lo, r_hi)
+        iy = vx.off((rl.i, geo.sh), qmin * geo.sh + py)
+        src_row = vx.gep(src_c, vx.off((iy, geo.W)), name="phase.srow")
+        dst_row = vx.gep(seg, vx.off((rl.i, geo.OW)), name="phase.drow")
+        jl = Loop(vx, "phase.col", 0, math.ceil(geo.OW / vw))
+        x0 = b.add(dx, vx.off((jl.i, vw * s)), name="phase.x0")  # first source vector's lane 0
+        vecs = []
+        for t in range(s):
+            xt = vx.off(x0, t * vw)
+            cols = b.add(vx.splat(b.trunc(xt, I32)), vx.iota, name="phase.cols")
+            inrow = b.icmp_unsigned("<", cols, vx.iconst(geo.W), name="phase.inrow")
+            vecs.append(vx.load(vx.gep(src_row, xt), inrow, name="phase.in"))
+        val = vecs[0] if s == 1 else _phase_lanes(vx, vecs, 0, s)
+        ow0 = b.trunc(vx.off((jl.i, vw)), I32)
+        live = b.icmp_signed("<", b.add(vx.splat(ow0), vx.iota), vx.iconst(geo.OW), name="phase.live")
+        vx.store(val, vx.gep(dst_row, vx.off((jl.i, vw))), live)
+        jl.close()
+        rl.close()
+    kl.close()
     lp.close()
 
 
