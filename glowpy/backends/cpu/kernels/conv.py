@@ -41,6 +41,7 @@ from glowpy.backends.cpu.vector import (
     block_loop,
     choose,
     chunk_loop,
+    imin,
     panel_walk,
     when,
 )
@@ -57,8 +58,9 @@ from .gemm import choose_tile, emit_tile, full_or_edge_panel, kernel_function
 # split very large reductions, which bounds the scratch and keeps the weights of a chunk in L2/L3.
 L1_PANEL_BYTES = 128 * 1024
 L2_WEIGHT_BYTES = 4 * 1024 * 1024
-# A chunk's phase planes (strided convs) are written once per image and read back by its panels.
-PHASE_PLANE_BYTES = 4 * 1024 * 1024
+# A chunk's phase planes (strided convs): a band of output rows at a time, read back by its panels
+# while still in L2.
+PHASE_PLANE_BYTES = 512 * 1024
 
 
 def chunk_channels(cg: int, khkw: int, nr: int, m_padded: int, plane_floats: int = 0) -> int:
@@ -174,16 +176,17 @@ def _load_tap(vx: VecIR, plane, p0, src, mask, name: str):
 
 
 class _PhasePlanes:
-    """The input of a strided or width-changing conv rearranged so that each tap of a panel is contiguous.
+    """The input of a strided or width-changing conv rearranged so that each tap of a panel is contiguous,
+    for a band of `band` output rows starting at row b0.
 
     Per input channel, kernel column kw and row phase py (input rows r * sh + py): rows of OW floats,
-    row r holding x[r * sh + py, ow * sw + kw * dw - pl] (zero where that is padding). Output pixel
-    p = oh * OW + ow of tap (kh, kw) then sits at the constant offset `tap(kh, kw)` + p of its channel.
-    Only the rows some output row reads are kept: OH + (qmax - qmin) per phase, for the taps'
-    row quotients q = (kh * dh - pt) // sh of that phase."""
+    row r holding x[r * sh + py, ow * sw + kw * dw - pl] (zero where that is padding), for the rows the
+    band's output rows read: band + (qmax - qmin) per phase, for the taps' row quotients
+    q = (kh * dh - pt) // sh of that phase. Output pixel p = oh * OW + ow (b0 <= oh < b0 + band) of tap
+    (kh, kw) then sits at `tap(kh, kw)` + p - b0 * OW of its channel."""
 
-    def __init__(self, geo: _Geometry) -> None:
-        self.geo = geo
+    def __init__(self, geo: _Geometry, band: int) -> None:
+        self.geo, self.band = geo, band
         quot: dict[int, list[int]] = {}
         for kh in range(geo.KH):
             py, q = (kh * geo.dh - geo.pt) % geo.sh, (kh * geo.dh - geo.pt) // geo.sh
@@ -191,12 +194,23 @@ class _PhasePlanes:
         self.segments = []  # (py, qmin, rows, float offset within a kernel column)
         at = 0
         for py in sorted(quot):
-            qmin, rows = min(quot[py]), geo.OH + max(quot[py]) - min(quot[py])
+            qmin, rows = min(quot[py]), band + max(quot[py]) - min(quot[py])
             self.segments.append((py, qmin, rows, at))
             at += rows * geo.OW
         self._seg = {py: (qmin, at_) for py, qmin, _, at_ in self.segments}
         self.column = at  # floats per kernel column of one channel
         self.channel = geo.KW * at
+
+    @classmethod
+    def for_panels(cls, geo: _Geometry, nr: int, m_padded: int) -> tuple[_PhasePlanes, int]:
+        """(planes, channels per chunk): the tallest band whose chunk fits PHASE_PLANE_BYTES, at least the
+        rows one panel of nr pixels touches; fewer channels per chunk where even that does not fit."""
+        span = min(geo.OH, (nr - 1) // geo.OW + 2)
+        least = cls(geo, span)
+        cc = chunk_channels(geo.Cg, geo.KHKW, nr, m_padded, least.channel)
+        per_row = geo.KW * len(least.segments) * geo.OW  # floats per channel and band row
+        band = (PHASE_PLANE_BYTES // (4 * cc) - (least.channel - span * per_row)) // per_row
+        return cls(geo, max(span, min(geo.OH, band))), cc
 
     def tap(self, kh: int, kw: int) -> int:
         geo = self.geo
@@ -205,10 +219,11 @@ class _PhasePlanes:
         return kw * self.column + at + (dy // geo.sh - qmin) * geo.OW
 
 
-def _build_phase_planes(vx: VecIR, geo: _Geometry, ph: _PhasePlanes, planes, x_img, c0, ncc) -> None:
-    """Channels [c0, c0 + ncc) of one image (group) into `planes`. A row's kernel column is OW strided
-    input values: per output vector, sw contiguous vectors masked to the image row, deinterleaved. The
-    loops stay loops (runtime masks): unrolled over kernel columns, LLVM's O3 took seconds on them."""
+def _build_phase_planes(vx: VecIR, geo: _Geometry, ph: _PhasePlanes, planes, x_img, c0, ncc, b0) -> None:
+    """Channels [c0, c0 + ncc) of one image (group) into `planes`, for the band from output row b0. A
+    row's kernel column is OW strided input values: per output vector, sw contiguous vectors masked to
+    the image row, deinterleaved. The loops stay loops (runtime masks): unrolled over kernel columns,
+    LLVM's O3 took seconds on them."""
     b, vw, s = vx.b, vx.vw, geo.sw
     lp = Loop(vx, "phase.c", 0, ncc)
     src_c = vx.gep(x_img, vx.off((b.add(c0, lp.i), geo.HW)), name="phase.src")
@@ -216,31 +231,27 @@ def _build_phase_planes(vx: VecIR, geo: _Geometry, ph: _PhasePlanes, planes, x_i
     dst_kw = vx.gep(planes, vx.off((lp.i, ph.channel), (kl.i, ph.column)), name="phase.dst")
     dx = vx.off((kl.i, geo.dw), -geo.pl)  # input column of output column 0
     for py, qmin, rows, at in ph.segments:
-        seg = vx.gep(dst_kw, at, name="phase.seg")
-        # rows r whose input row (r + qmin) * sh + py lies in the image; the rest are padding
-        r_lo = min(rows, max(0, -qmin))
-        r_hi = max(r_lo, min(rows, (geo.H - 1 - py) // geo.sh - qmin + 1))
-        for z0, z1 in ((0, r_lo), (r_hi, rows)):
-            _zero_floats(vx, vx.gep(seg, z0 * geo.OW), (z1 - z0) * geo.OW)
-        if r_hi == r_lo:
-            continue
-        rl = Loop(vx, "phase.row", r_lo, r_hi)
-        iy = vx.off((rl.i, geo.sh), qmin * geo.sh + py)
-        src_row = vx.gep(src_c, vx.off((iy, geo.W)), name="phase.srow")
-        dst_row = vx.gep(seg, vx.off((rl.i, geo.OW)), name="phase.drow")
-        jl = Loop(vx, "phase.col", 0, math.ceil(geo.OW / vw))
-        x0 = b.add(dx, vx.off((jl.i, vw * s)), name="phase.x0")  # first source vector's lane 0
-        vecs = []
-        for t in range(s):
-            xt = vx.off(x0, t * vw)
-            cols = b.add(vx.splat(b.trunc(xt, I32)), vx.iota, name="phase.cols")
-            inrow = b.icmp_unsigned("<", cols, vx.iconst(geo.W), name="phase.inrow")
-            vecs.append(vx.load(vx.gep(src_row, xt), inrow, name="phase.in"))
-        val = vecs[0] if s == 1 else _phase_lanes(vx, vecs, 0, s)
-        ow0 = b.trunc(vx.off((jl.i, vw)), I32)
-        live = b.icmp_signed("<", b.add(vx.splat(ow0), vx.iota), vx.iconst(geo.OW), name="phase.live")
-        vx.store(val, vx.gep(dst_row, vx.off((jl.i, vw))), live)
-        jl.close()
+        rl = Loop(vx, "phase.row", 0, rows)
+        iy = vx.off((b.add(b0, rl.i), geo.sh), qmin * geo.sh + py)  # may be negative: padding
+        dst_row = vx.gep(dst_kw, vx.off((rl.i, geo.OW), at), name="phase.drow")
+        with b.if_else(b.icmp_unsigned("<", iy, ir.Constant(I64, geo.H), name="phase.inimg")) as (inside, pad):
+            with inside:
+                src_row = vx.gep(src_c, vx.off((iy, geo.W)), name="phase.srow")
+                jl = Loop(vx, "phase.col", 0, math.ceil(geo.OW / vw))
+                x0 = b.add(dx, vx.off((jl.i, vw * s)), name="phase.x0")  # first source vector's lane 0
+                vecs = []
+                for t in range(s):
+                    xt = vx.off(x0, t * vw)
+                    cols = b.add(vx.splat(b.trunc(xt, I32)), vx.iota, name="phase.cols")
+                    inrow = b.icmp_unsigned("<", cols, vx.iconst(geo.W), name="phase.inrow")
+                    vecs.append(vx.load(vx.gep(src_row, xt), inrow, name="phase.in"))
+                val = vecs[0] if s == 1 else _phase_lanes(vx, vecs, 0, s)
+                ow0 = b.trunc(vx.off((jl.i, vw)), I32)
+                live = b.icmp_signed("<", b.add(vx.splat(ow0), vx.iota), vx.iconst(geo.OW), name="phase.live")
+                vx.store(val, vx.gep(dst_row, vx.off((jl.i, vw))), live)
+                jl.close()
+            with pad:
+                _zero_floats(vx, dst_row, geo.OW)
         rl.close()
     kl.close()
     lp.close()
@@ -252,11 +263,12 @@ def _zero_floats(vx: VecIR, ptr, n: int) -> None:
         vx.b.call(fn, [ptr, ir.Constant(U.I8, 0), ir.Constant(I64, 4 * n), ir.Constant(U.I1, 0)])
 
 
-def _pack_phases(vx: VecIR, geo: _Geometry, ph: _PhasePlanes, buf, planes, ncc, p0, nr: int, nvec: int,
+def _pack_phases(vx: VecIR, geo: _Geometry, ph: _PhasePlanes, buf, planes, ncc, p0, b0, nr: int, nvec: int,
                  last_lanes: int) -> None:
-    """The panel's im2col rows of a chunk (ncc channels) from its phase planes: contiguous loads."""
+    """The panel's im2col rows of a chunk (ncc channels) from the phase planes of the band from output
+    row b0 (holding the panel's rows): contiguous loads."""
     lp = Loop(vx, "pack.c", 0, ncc)
-    plane = vx.gep(planes, vx.off((lp.i, ph.channel)), name="pplane")
+    plane = vx.gep(planes, vx.off((lp.i, ph.channel), (b0, -geo.OW)), name="pplane")
     row0 = vx.gep(buf, vx.off((lp.i, geo.KHKW * nr)), name="brow")
     masks = [None] * (nvec - 1) + [vx.lane_mask(last_lanes) if last_lanes else None]
     for kh, kw, _, _ in geo.taps():
@@ -353,8 +365,11 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
     packed = _pack_gemm_conv(geo, w, bias, vw)
 
     direct = geo.direct
-    phases = None if direct or geo.shift else _PhasePlanes(geo)
-    cc = chunk_channels(geo.Cg, geo.KHKW, nr, mblocks * mr, phases.channel if phases else 0)
+    phases = None
+    if direct or geo.shift:
+        cc = chunk_channels(geo.Cg, geo.KHKW, nr, mblocks * mr)
+    else:
+        phases, cc = _PhasePlanes.for_panels(geo, nr, mblocks * mr)
     panel_floats = cc * geo.KHKW * nr
     scratch_bytes = 0 if direct else (panel_floats + (cc * phases.channel if phases else 0)) * 4 + 64
 
@@ -371,6 +386,7 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
     if phases:
         planes = vx.gep(buf, panel_floats, name="phase.planes")
         planes_of = b.alloca(I64, name="phase.img")  # the image (x group) the planes hold, -1: none
+        band_of = b.alloca(I64, name="phase.band")  # and their band's first output row
 
     lo, hi = U.thread_range(vx.b, geo.N * geo.group * nblocks * mblocks, tid, nthreads, "unit")
 
@@ -387,20 +403,29 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
             img_g = b.udiv(panel, ir.Constant(I64, nblocks), name="img_g")  # n * group + g
             g = b.urem(img_g, ir.Constant(I64, geo.group), name="g")
             x_img = vx.gep(x_p, vx.off((img_g, geo.Cg * geo.HW)), name="x.img")
-            if phases:  # a thread's panels are contiguous: each image's planes are built once per chunk
-                with b.if_then(b.icmp_signed("!=", img_g, b.load(planes_of, typ=I64), name="phase.stale")):
-                    _build_phase_planes(vx, geo, phases, planes, x_img, c0, ncc)
+            p0 = b.mul(nb, ir.Constant(I64, nr), name="p0")
+            if phases:  # a thread walks its panels in order: planes are rebuilt when a panel leaves the band
+                last_row = b.udiv(imin(b, vx.off(p0, nr - 1), ir.Constant(I64, geo.P - 1)),
+                                  ir.Constant(I64, geo.OW), name="phase.lastrow")
+                band_end = vx.off(b.load(band_of, typ=I64), phases.band)
+                stale = b.or_(b.icmp_signed("!=", img_g, b.load(planes_of, typ=I64)),
+                              b.icmp_signed(">=", last_row, band_end), name="phase.stale")
+                with b.if_then(stale):
+                    b0 = imin(b, b.udiv(p0, ir.Constant(I64, geo.OW)), ir.Constant(I64, geo.OH - phases.band),
+                              name="phase.b0")
+                    _build_phase_planes(vx, geo, phases, planes, x_img, c0, ncc, b0)
                     b.store(img_g, planes_of)
+                    b.store(b0, band_of)
             out_img = vx.gep(out_p, vx.off((img_g, geo.Mg * geo.P)), name="out.img")
             res_img = vx.gep(res_p, vx.off((img_g, geo.Mg * geo.P)), name="res.img") if has_residual else None
-            p0 = b.mul(nb, ir.Constant(I64, nr), name="p0")
 
             def run(nvec: int, last_lanes: int) -> None:
                 lane_masks = [None] * (nvec - 1) + [vx.lane_mask(last_lanes) if last_lanes else None]
                 if direct:
                     bptr, b_ks, b_masks = vx.gep(x_img, vx.off((c0, geo.HW), p0), name="bdirect"), geo.HW, lane_masks
                 elif phases:
-                    _pack_phases(vx, geo, phases, buf, planes, ncc, p0, nr, nvec, last_lanes)
+                    _pack_phases(vx, geo, phases, buf, planes, ncc, p0, b.load(band_of, typ=I64), nr, nvec,
+                                 last_lanes)
                     bptr, b_ks, b_masks = buf, nr, None
                 else:
                     _pack(vx, geo, _Panel(vx, geo, p0, nvec, last_lanes), buf, x_img, c0, ncc, p0, nr)

@@ -93,6 +93,17 @@ def test_many_reduction_chunks(name: str, monkeypatch: pytest.MonkeyPatch) -> No
     _check(name, vw=VW, threads=(1, 2, 3), activation="tanh")
 
 
+@pytest.mark.parametrize("name", ["k7s2_odd", "k3s2_dil2", "batch2_k3s2", "stride_3x1"])
+def test_bands_of_output_rows(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A budget of a few band rows: the planes are rebuilt as the panels move down the image."""
+    monkeypatch.setattr(conv, "PHASE_PLANE_BYTES", 20000)
+    geo = _geometry(name)
+    mr, nv = conv.choose_tile(geo.Mg, VW)
+    ph, _ = conv._PhasePlanes.for_panels(geo, nv * VW, -(-geo.Mg // mr) * mr)  # as the emitter asks
+    assert ph.band < geo.OH, (ph.band, geo.OH)
+    _check(name, vw=VW, threads=(1, 2, 3))
+
+
 def test_in_place_residual_with_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(conv, "PHASE_PLANE_BYTES", 64)
     name = "batch2_k3s2"
@@ -110,31 +121,49 @@ def test_in_place_residual_with_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("kh,kw,sh,sw,dh,dw", [(7, 7, 2, 2, 1, 1), (3, 5, 3, 2, 2, 1), (1, 1, 2, 3, 1, 1),
                                                (5, 3, 1, 2, 3, 2), (4, 2, 3, 3, 1, 2)])
 def test_phase_plane_layout(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> None:
-    """The planes filled by their definition hold every tap of every output pixel at tap(kh, kw) + p,
-    padding as zeros, for many paddings and sizes (the layout alone, no code generated)."""
+    """Planes filled by their definition for a band of output rows hold every tap of every pixel of the
+    band at tap(kh, kw) + p - b0 * OW, padding as zeros, for many paddings, sizes and bands (the layout
+    alone, no code generated)."""
     rng = np.random.default_rng(7)
     for h, w_, pt, pl, pb, pr in itertools.product((9, 14), (10, 13), (0, 2), (0, 3), (0, 1), (0, 2)):
         geo = conv._Geometry((1, 1, h, w_), (1, 1, kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw), 1)
         if geo.OH < 1 or geo.OW < 1:
             continue
-        ph = conv._PhasePlanes(geo)
         x = rng.standard_normal((h, w_))
-        planes = np.full(ph.channel, np.nan)
-        for j in range(kw):
-            for py, qmin, rows, at in ph.segments:
-                for r in range(rows):
-                    iy = (r + qmin) * sh + py
-                    for ow in range(geo.OW):
-                        ix = ow * sw + j * dw - pl
-                        inside = 0 <= iy < h and 0 <= ix < w_
-                        planes[j * ph.column + at + r * geo.OW + ow] = x[iy, ix] if inside else 0.0
         xp = np.zeros((h + pt + pb + kh * dh, w_ + pl + pr + kw * dw))
         xp[pt:pt + h, pl:pl + w_] = x
-        for i in range(kh):
-            for j in range(kw):
-                want = xp[i * dh:i * dh + sh * geo.OH:sh, j * dw:j * dw + sw * geo.OW:sw].ravel()
-                start = ph.tap(i, j)
-                np.testing.assert_array_equal(planes[start:start + geo.P], want)
+        for band in sorted({1, max(1, geo.OH // 2), geo.OH}):
+            ph = conv._PhasePlanes(geo, band)
+            for b0 in sorted({0, geo.OH - band}):
+                planes = np.full(ph.channel, np.nan)
+                for j in range(kw):
+                    for py, qmin, rows, at in ph.segments:
+                        for r in range(rows):
+                            iy = (b0 + r + qmin) * sh + py
+                            for ow in range(geo.OW):
+                                ix = ow * sw + j * dw - pl
+                                inside = 0 <= iy < h and 0 <= ix < w_
+                                planes[j * ph.column + at + r * geo.OW + ow] = x[iy, ix] if inside else 0.0
+                rows_ = slice(b0 * sh, (b0 + band) * sh, sh)
+                for i in range(kh):
+                    for j in range(kw):
+                        want = xp[i * dh:, j * dw:][rows_, :sw * geo.OW:sw].ravel()
+                        start = ph.tap(i, j)
+                        np.testing.assert_array_equal(planes[start:start + band * geo.OW], want)
+
+
+@pytest.mark.parametrize("budget", [64, 20000, 512 * 1024])
+def test_bands_cover_a_panel_and_fit_the_budget(budget: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A band holds every row one panel touches; a chunk's planes fit PHASE_PLANE_BYTES unless even one
+    channel's smallest band does not."""
+    monkeypatch.setattr(conv, "PHASE_PLANE_BYTES", budget)
+    for name in CASES:
+        geo = _geometry(name)
+        for nr in (16, 32, 48, 64):
+            ph, cc = conv._PhasePlanes.for_panels(geo, nr, 64)
+            span = min(geo.OH, (nr - 1) // geo.OW + 2)
+            assert span <= ph.band <= geo.OH and 1 <= cc <= geo.Cg
+            assert cc * ph.channel * 4 <= budget or (cc == 1 and ph.band == span), (name, nr)
 
 
 def _graph(name: str) -> tuple[Graph, dict]:
