@@ -224,7 +224,7 @@ def _build_phase_planes(vx: VecIR, geo: _Geometry, ph: _PhasePlanes, planes, x_i
     row's kernel column is OW strided input values: per output vector, sw contiguous vectors masked to
     the image row, deinterleaved. The loops stay loops (runtime masks): unrolled over kernel columns,
     LLVM's O3 took seconds on them."""
-    b, vw, s = vx.b, vx.vw, geo.sw
+    b, vw = vx.b, vx.vw
     lp = Loop(vx, "phase.c", 0, ncc)
     src_c = vx.gep(x_img, vx.off((b.add(c0, lp.i), geo.HW)), name="phase.src")
     kl = Loop(vx, "phase.kw", 0, geo.KW)
@@ -237,24 +237,30 @@ def _build_phase_planes(vx: VecIR, geo: _Geometry, ph: _PhasePlanes, planes, x_i
         with b.if_else(b.icmp_unsigned("<", iy, ir.Constant(I64, geo.H), name="phase.inimg")) as (inside, pad):
             with inside:
                 src_row = vx.gep(src_c, vx.off((iy, geo.W)), name="phase.srow")
-                jl = Loop(vx, "phase.col", 0, math.ceil(geo.OW / vw))
-                x0 = b.add(dx, vx.off((jl.i, vw * s)), name="phase.x0")  # first source vector's lane 0
-                vecs = []
-                for t in range(s):
-                    xt = vx.off(x0, t * vw)
-                    cols = b.add(vx.splat(b.trunc(xt, I32)), vx.iota, name="phase.cols")
-                    inrow = b.icmp_unsigned("<", cols, vx.iconst(geo.W), name="phase.inrow")
-                    vecs.append(vx.load(vx.gep(src_row, xt), inrow, name="phase.in"))
-                val = vecs[0] if s == 1 else _phase_lanes(vx, vecs, 0, s)
-                ow0 = b.trunc(vx.off((jl.i, vw)), I32)
-                live = b.icmp_signed("<", b.add(vx.splat(ow0), vx.iota), vx.iconst(geo.OW), name="phase.live")
-                vx.store(val, vx.gep(dst_row, vx.off((jl.i, vw))), live)
+                jl = Loop(vx, "phase.col", 0, geo.OW // vw)
+                _strided_columns(vx, geo, src_row, dst_row, dx, jl.i, 0)
                 jl.close()
+                if geo.OW % vw:  # a masked store only for the row's last vector (slow on AVX2 hosts)
+                    _strided_columns(vx, geo, src_row, dst_row, dx, ir.Constant(I64, geo.OW // vw), geo.OW % vw)
             with pad:
                 _zero_floats(vx, dst_row, geo.OW)
         rl.close()
     kl.close()
     lp.close()
+
+
+def _strided_columns(vx: VecIR, geo: _Geometry, src_row, dst_row, dx, j, tail: int) -> None:
+    """dst_row[ow] = src_row[ow * sw + dx] (0 outside the row) for ow in [j * vw, j * vw + (tail or vw))."""
+    b, vw, s = vx.b, vx.vw, geo.sw
+    x0 = b.add(dx, vx.off((j, vw * s)), name="phase.x0")  # first source vector's lane 0
+    vecs = []
+    for t in range(s):
+        xt = vx.off(x0, t * vw)
+        cols = b.add(vx.splat(b.trunc(xt, I32)), vx.iota, name="phase.cols")
+        inrow = b.icmp_unsigned("<", cols, vx.iconst(geo.W), name="phase.inrow")
+        vecs.append(vx.load(vx.gep(src_row, xt), inrow, name="phase.in"))
+    val = vecs[0] if s == 1 else _phase_lanes(vx, vecs, 0, s)
+    vx.store(val, vx.gep(dst_row, vx.off((j, vw))), vx.lane_mask(tail) if tail else None)
 
 
 def _zero_floats(vx: VecIR, ptr, n: int) -> None:
