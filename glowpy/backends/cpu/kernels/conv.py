@@ -403,6 +403,7 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
         kc = ncc * geo.KHKW if isinstance(ncc, int) else b.mul(ncc, ir.Constant(I64, geo.KHKW), name="kc")
         if phases:
             b.store(ir.Constant(I64, -1), planes_of)
+            b.store(ir.Constant(I64, 0), band_of)
 
         def do_panel(panel, mb_lo, mb_hi) -> None:
             nb = b.urem(panel, ir.Constant(I64, nblocks), name="nb")
