@@ -6,7 +6,9 @@ B is read as vectors along p:
 - 1x1, stride 1, no padding: B is the input itself (rows of H*W floats), no packing at all.
 - stride 1 with OW == W ("same" width): input pixel = output pixel + a constant shift per (kh, kw), so
   one panel of B (K x NR pixels) is packed with masked contiguous loads (the mask zeroes padding).
-- anything else (strides, other paddings): the panel is packed with masked gathers.
+- anything else (strides, other paddings): per image and reduction chunk the input is first rearranged
+  into phase planes (`_PhasePlanes`: per channel, kernel column and row phase, rows of OW floats with
+  the padding as zeros), in which every tap of a panel is again one contiguous load at a constant offset.
 A panel is packed once per thread into its scratch and reused by every row block of output channels.
 Small maps (7x7, 6x6, 1x1) would waste vector lanes over pixels, so there the tile is transposed: a few
 pixels broadcast x vectors of output channels, and the epilogue scatters down NCHW columns.
@@ -39,6 +41,7 @@ from glowpy.backends.cpu.vector import (
     block_loop,
     choose,
     chunk_loop,
+    imin,
     panel_walk,
     when,
 )
@@ -46,7 +49,7 @@ from glowpy.errors import MismatchingShape, UnsupportedShape
 from glowpy.ir.ops.nn import conv_out_dim
 
 from .common import KernelInfo
-from .depthwise import emit_depthwise, pack_depthwise, use_direct
+from .depthwise import _phase_lanes, emit_depthwise, pack_depthwise, use_direct
 from .gemm import choose_tile, emit_tile, full_or_edge_panel, kernel_function
 
 # Reduction chunking: a panel's chunk of the vector operand (kc x NR floats) and the chunk of
@@ -55,12 +58,18 @@ from .gemm import choose_tile, emit_tile, full_or_edge_panel, kernel_function
 # split very large reductions, which bounds the scratch and keeps the weights of a chunk in L2/L3.
 L1_PANEL_BYTES = 128 * 1024
 L2_WEIGHT_BYTES = 4 * 1024 * 1024
+# A chunk's phase planes (strided convs): a band of output rows at a time, read back by its panels
+# while still in L2.
+PHASE_PLANE_BYTES = 512 * 1024
 
 
-def chunk_channels(cg: int, khkw: int, nr: int, m_padded: int) -> int:
-    """Channels per reduction chunk within both budgets, balanced (chunks differ by at most one channel)."""
+def chunk_channels(cg: int, khkw: int, nr: int, m_padded: int, plane_floats: int = 0) -> int:
+    """Channels per reduction chunk within the budgets (plane_floats: phase-plane floats per channel),
+    balanced (chunks differ by at most one channel)."""
     kc = min(L1_PANEL_BYTES // (nr * 4), L2_WEIGHT_BYTES // (m_padded * 4))
     cc = max(1, min(cg, kc // khkw))
+    if plane_floats:
+        cc = max(1, min(cc, PHASE_PLANE_BYTES // (plane_floats * 4)))
     return math.ceil(cg / math.ceil(cg / cc))
 
 
@@ -166,6 +175,115 @@ def _load_tap(vx: VecIR, plane, p0, src, mask, name: str):
     return vx.gather(plane, where, m, name=name)
 
 
+class _PhasePlanes:
+    """The input of a strided or width-changing conv rearranged so that each tap of a panel is contiguous,
+    for a band of `band` output rows starting at row b0.
+
+    Per input channel, kernel column kw and row phase py (input rows r * sh + py): rows of OW floats,
+    row r holding x[r * sh + py, ow * sw + kw * dw - pl] (zero where that is padding), for the rows the
+    band's output rows read: band + (qmax - qmin) per phase, for the taps' row quotients
+    q = (kh * dh - pt) // sh of that phase. Output pixel p = oh * OW + ow (b0 <= oh < b0 + band) of tap
+    (kh, kw) then sits at `tap(kh, kw)` + p - b0 * OW of its channel."""
+
+    def __init__(self, geo: _Geometry, band: int) -> None:
+        self.geo, self.band = geo, band
+        quot: dict[int, list[int]] = {}
+        for kh in range(geo.KH):
+            py, q = (kh * geo.dh - geo.pt) % geo.sh, (kh * geo.dh - geo.pt) // geo.sh
+            quot.setdefault(py, []).append(q)
+        self.segments = []  # (py, qmin, rows, float offset within a kernel column)
+        at = 0
+        for py in sorted(quot):
+            qmin, rows = min(quot[py]), band + max(quot[py]) - min(quot[py])
+            self.segments.append((py, qmin, rows, at))
+            at += rows * geo.OW
+        self._seg = {py: (qmin, at_) for py, qmin, _, at_ in self.segments}
+        self.column = at  # floats per kernel column of one channel
+        self.channel = geo.KW * at
+
+    @classmethod
+    def for_panels(cls, geo: _Geometry, nr: int, m_padded: int) -> tuple[_PhasePlanes, int]:
+        """(planes, channels per chunk): the tallest band whose chunk fits PHASE_PLANE_BYTES, at least the
+        rows one panel of nr pixels touches; fewer channels per chunk where even that does not fit."""
+        span = min(geo.OH, (nr - 1) // geo.OW + 2)
+        least = cls(geo, span)
+        cc = chunk_channels(geo.Cg, geo.KHKW, nr, m_padded, least.channel)
+        per_row = geo.KW * len(least.segments) * geo.OW  # floats per channel and band row
+        band = (PHASE_PLANE_BYTES // (4 * cc) - (least.channel - span * per_row)) // per_row
+        return cls(geo, max(span, min(geo.OH, band))), cc
+
+    def tap(self, kh: int, kw: int) -> int:
+        geo = self.geo
+        dy = kh * geo.dh - geo.pt
+        qmin, at = self._seg[dy % geo.sh]
+        return kw * self.column + at + (dy // geo.sh - qmin) * geo.OW
+
+
+def _build_phase_planes(vx: VecIR, geo: _Geometry, ph: _PhasePlanes, planes, x_img, c0, ncc, b0) -> None:
+    """Channels [c0, c0 + ncc) of one image (group) into `planes`, for the band from output row b0. A
+    row's kernel column is OW strided input values: per output vector, sw contiguous vectors masked to
+    the image row, deinterleaved. The loops stay loops (runtime masks): unrolled over kernel columns,
+    LLVM's O3 took seconds on them."""
+    b, vw = vx.b, vx.vw
+    lp = Loop(vx, "phase.c", 0, ncc)
+    src_c = vx.gep(x_img, vx.off((b.add(c0, lp.i), geo.HW)), name="phase.src")
+    kl = Loop(vx, "phase.kw", 0, geo.KW)
+    dst_kw = vx.gep(planes, vx.off((lp.i, ph.channel), (kl.i, ph.column)), name="phase.dst")
+    dx = vx.off((kl.i, geo.dw), -geo.pl)  # input column of output column 0
+    for py, qmin, rows, at in ph.segments:
+        rl = Loop(vx, "phase.row", 0, rows)
+        iy = vx.off((b.add(b0, rl.i), geo.sh), qmin * geo.sh + py)  # may be negative: padding
+        dst_row = vx.gep(dst_kw, vx.off((rl.i, geo.OW), at), name="phase.drow")
+        with b.if_else(b.icmp_unsigned("<", iy, ir.Constant(I64, geo.H), name="phase.inimg")) as (inside, pad):
+            with inside:
+                src_row = vx.gep(src_c, vx.off((iy, geo.W)), name="phase.srow")
+                jl = Loop(vx, "phase.col", 0, geo.OW // vw)
+                _strided_columns(vx, geo, src_row, dst_row, dx, jl.i, 0)
+                jl.close()
+                if geo.OW % vw:  # a masked store only for the row's last vector (slow on AVX2 hosts)
+                    _strided_columns(vx, geo, src_row, dst_row, dx, ir.Constant(I64, geo.OW // vw), geo.OW % vw)
+            with pad:
+                _zero_floats(vx, dst_row, geo.OW)
+        rl.close()
+    kl.close()
+    lp.close()
+
+
+def _strided_columns(vx: VecIR, geo: _Geometry, src_row, dst_row, dx, j, tail: int) -> None:
+    """dst_row[ow] = src_row[ow * sw + dx] (0 outside the row) for ow in [j * vw, j * vw + (tail or vw))."""
+    b, vw, s = vx.b, vx.vw, geo.sw
+    x0 = b.add(dx, vx.off((j, vw * s)), name="phase.x0")  # first source vector's lane 0
+    vecs = []
+    for t in range(s):
+        xt = vx.off(x0, t * vw)
+        cols = b.add(vx.splat(b.trunc(xt, I32)), vx.iota, name="phase.cols")
+        inrow = b.icmp_unsigned("<", cols, vx.iconst(geo.W), name="phase.inrow")
+        vecs.append(vx.load(vx.gep(src_row, xt), inrow, name="phase.in"))
+    val = vecs[0] if s == 1 else _phase_lanes(vx, vecs, 0, s)
+    vx.store(val, vx.gep(dst_row, vx.off((j, vw))), vx.lane_mask(tail) if tail else None)
+
+
+def _zero_floats(vx: VecIR, ptr, n: int) -> None:
+    if n:
+        fn = U.declare(vx.m, "llvm.memset.p0.i64", U.VOID, [PTR, U.I8, I64, U.I1])
+        vx.b.call(fn, [ptr, ir.Constant(U.I8, 0), ir.Constant(I64, 4 * n), ir.Constant(U.I1, 0)])
+
+
+def _pack_phases(vx: VecIR, geo: _Geometry, ph: _PhasePlanes, buf, planes, ncc, p0, b0, nr: int, nvec: int,
+                 last_lanes: int) -> None:
+    """The panel's im2col rows of a chunk (ncc channels) from the phase planes of the band from output
+    row b0 (holding the panel's rows): contiguous loads."""
+    lp = Loop(vx, "pack.c", 0, ncc)
+    plane = vx.gep(planes, vx.off((lp.i, ph.channel), (b0, -geo.OW)), name="pplane")
+    row0 = vx.gep(buf, vx.off((lp.i, geo.KHKW * nr)), name="brow")
+    masks = [None] * (nvec - 1) + [vx.lane_mask(last_lanes) if last_lanes else None]
+    for kh, kw, _, _ in geo.taps():
+        for v in range(nvec):
+            val = _load_tap(vx, plane, p0, ph.tap(kh, kw) + v * vx.vw, masks[v], name=f"t{kh}_{kw}")
+            vx.store(val, vx.gep(row0, (kh * geo.KW + kw) * nr + v * vx.vw))
+    lp.close()
+
+
 def _prepare(x_shape, w, bias, strides, pads, dilations, group) -> tuple[_Geometry, np.ndarray, np.ndarray]:
     w = np.asarray(w, np.float32)
     if w.ndim != 4 or len(x_shape) != 4:
@@ -252,20 +370,29 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
 
     packed = _pack_gemm_conv(geo, w, bias, vw)
 
-    cc = chunk_channels(geo.Cg, geo.KHKW, nr, mblocks * mr)
     direct = geo.direct
-    scratch_bytes = 0 if direct else cc * geo.KHKW * nr * 4 + 64
+    phases = None
+    if direct or geo.shift:
+        cc = chunk_channels(geo.Cg, geo.KHKW, nr, mblocks * mr)
+    else:
+        phases, cc = _PhasePlanes.for_panels(geo, nr, mblocks * mr)
+    panel_floats = cc * geo.KHKW * nr
+    scratch_bytes = 0 if direct else (panel_floats + (cc * phases.channel if phases else 0)) * 4 + 64
 
     fn = kernel_function(module, name, len(packed))
     out_p, x_p, res_p, scratch_p, w_p, bias_p = fn.args[:6]
     tid, nthreads = fn.args[-2:]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     vx = VecIR(module, b, vw)
-    buf = None
+    buf = planes = None
     if not direct:
         raw = b.ptrtoint(scratch_p, I64, name="scratch.addr")
         up = b.add(raw, ir.Constant(I64, 63), name="scratch.up")
         buf = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="panel.buf")
+    if phases:
+        planes = vx.gep(buf, panel_floats, name="phase.planes")
+        planes_of = b.alloca(I64, name="phase.img")  # the image (x group) the planes hold, -1: none
+        band_of = b.alloca(I64, name="phase.band")  # and their band's first output row
 
     lo, hi = U.thread_range(vx.b, geo.N * geo.group * nblocks * mblocks, tid, nthreads, "unit")
 
@@ -274,20 +401,39 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
         from bias (+ residual), later ones from the partial sums in out; the last applies the activation.
         Reading the residual before out is first written keeps out == residual (in place) safe."""
         kc = ncc * geo.KHKW if isinstance(ncc, int) else b.mul(ncc, ir.Constant(I64, geo.KHKW), name="kc")
+        if phases:
+            b.store(ir.Constant(I64, -1), planes_of)
+            b.store(ir.Constant(I64, 0), band_of)
 
         def do_panel(panel, mb_lo, mb_hi) -> None:
             nb = b.urem(panel, ir.Constant(I64, nblocks), name="nb")
             img_g = b.udiv(panel, ir.Constant(I64, nblocks), name="img_g")  # n * group + g
             g = b.urem(img_g, ir.Constant(I64, geo.group), name="g")
             x_img = vx.gep(x_p, vx.off((img_g, geo.Cg * geo.HW)), name="x.img")
+            p0 = b.mul(nb, ir.Constant(I64, nr), name="p0")
+            if phases:  # a thread walks its panels in order: planes are rebuilt when a panel leaves the band
+                last_row = b.udiv(imin(b, vx.off(p0, nr - 1), ir.Constant(I64, geo.P - 1)),
+                                  ir.Constant(I64, geo.OW), name="phase.lastrow")
+                band_end = vx.off(b.load(band_of, typ=I64), phases.band)
+                stale = b.or_(b.icmp_signed("!=", img_g, b.load(planes_of, typ=I64)),
+                              b.icmp_signed(">=", last_row, band_end), name="phase.stale")
+                with b.if_then(stale):
+                    b0 = imin(b, b.udiv(p0, ir.Constant(I64, geo.OW)), ir.Constant(I64, geo.OH - phases.band),
+                              name="phase.b0")
+                    _build_phase_planes(vx, geo, phases, planes, x_img, c0, ncc, b0)
+                    b.store(img_g, planes_of)
+                    b.store(b0, band_of)
             out_img = vx.gep(out_p, vx.off((img_g, geo.Mg * geo.P)), name="out.img")
             res_img = vx.gep(res_p, vx.off((img_g, geo.Mg * geo.P)), name="res.img") if has_residual else None
-            p0 = b.mul(nb, ir.Constant(I64, nr), name="p0")
 
             def run(nvec: int, last_lanes: int) -> None:
                 lane_masks = [None] * (nvec - 1) + [vx.lane_mask(last_lanes) if last_lanes else None]
                 if direct:
                     bptr, b_ks, b_masks = vx.gep(x_img, vx.off((c0, geo.HW), p0), name="bdirect"), geo.HW, lane_masks
+                elif phases:
+                    _pack_phases(vx, geo, phases, buf, planes, ncc, p0, b.load(band_of, typ=I64), nr, nvec,
+                                 last_lanes)
+                    bptr, b_ks, b_masks = buf, nr, None
                 else:
                     _pack(vx, geo, _Panel(vx, geo, p0, nvec, last_lanes), buf, x_img, c0, ncc, p0, nr)
                     bptr, b_ks, b_masks = buf, nr, None
