@@ -307,6 +307,7 @@ def _pool(low: Lowering, node: Node, kind: str) -> None:
                                              index_order, low.vector_width):
         info = pool.emit_pool_2d(low.kmod(), low.fname([node]), x.shape, out.shape, kind, a["kernel_shape"],
                                  a["strides"], a["pads"], bool(a.get("count_include_pad", 0)), low.vector_width)
+        low.used_fast.append(info.function.name)
         args = [low.val(out), low.val(x), NULL, SCRATCH] + [low.array(t) for t in info.packed]
         low.add(Step(info.function.name, info.function, args, [out], [node], work=work,
                      scratch=info.scratch_bytes_per_thread))
