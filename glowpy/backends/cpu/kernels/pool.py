@@ -27,7 +27,8 @@ from glowpy.backends.cpu.kernels.common import KernelInfo
 from glowpy.backends.cpu.kernels.depthwise import _phase_lanes
 from glowpy.backends.cpu.kernels.elementwise import _fmax
 from glowpy.backends.cpu.kernels.gemm import kernel_function
-from glowpy.backends.cpu.vector import I64, PTR, Loop, VecIR
+from glowpy.backends.cpu.target import host_target
+from glowpy.backends.cpu.vector import I32, I64, PTR, Loop, VecIR
 
 # The largest scratch image (floats per thread) the vector path uses; bigger planes take the generic one.
 _MAX_IMAGE = 1 << 22
@@ -171,6 +172,7 @@ def emit_pool_2d(module: ir.Module, name: str, x_shape: tuple[int, ...], out_sha
     o_row = vx.gep(o_plane, vx.off((rl.i, img.ow)), name="o.row")
     div_h = vx.load_splat(vx.gep(fn.args[4], vx.off(img.ncv * vw, rl.i)), name="count.h") if packed else None
     full, tail = img.ow // vw, img.ow % vw
+    fmax = _vector_maximum(vx) if kind == "max" else None
 
     def vector(ow0, mask) -> None:
         taps = []
@@ -183,10 +185,8 @@ def emit_pool_2d(module: ir.Module, name: str, x_shape: tuple[int, ...], out_sha
                     pair = [vx.load(at, name="tap.even"), vx.load(vx.gep(at, vw), name="tap.odd")]
                     taps.append(_phase_lanes(vx, pair, 0, 2))
         if kind == "max":
-            fmax = vx.intrinsic(f"llvm.maximum.v{vw}f32", vx.vty, [vx.vty, vx.vty])
             while len(taps) > 1:  # a tree: maximum is exact in any order
-                taps = [b.call(fmax, taps[i:i + 2]) if i + 1 < len(taps) else taps[i]
-                        for i in range(0, len(taps), 2)]
+                taps = [fmax(*taps[i:i + 2]) if i + 1 < len(taps) else taps[i] for i in range(0, len(taps), 2)]
             val = taps[0]
         else:
             acc = vx.zero
@@ -206,6 +206,24 @@ def emit_pool_2d(module: ir.Module, name: str, x_shape: tuple[int, ...], out_sha
     lp.close()
     b.ret_void()
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=img.floats * 4 + 64)
+
+
+def _vector_maximum(vx: VecIR):
+    """(a, b) -> llvm.maximum(a, b) lane by lane: NaN if either is (an input NaN, quieted), -0 < +0.
+    With AVX-512DQ: vrangeps (imm 0b0101: max, the sign of the selected operand) orders zeros right but
+    returns the number beside a NaN, so lanes with a NaN take a + b instead (that NaN): three
+    instructions where LLVM lowers llvm.maximum to six."""
+    b, vw = vx.b, vx.vw
+    if vw == 16 and host_target().has("avx512dq"):
+        rng = vx.intrinsic("llvm.x86.avx512.mask.range.ps.512", vx.vty, [vx.vty, vx.vty, I32, vx.vty, U.I16, I32])
+
+        def vmax(x, y):
+            r = b.call(rng, [x, y, ir.Constant(I32, 0b0101), vx.zero, ir.Constant(U.I16, -1), ir.Constant(I32, 4)],
+                       name="range")
+            return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y, name="nan"), r, name="max")
+        return vmax
+    fn = vx.intrinsic(f"llvm.maximum.v{vw}f32", vx.vty, [vx.vty, vx.vty])
+    return lambda x, y: b.call(fn, [x, y], name="max")
 
 
 def _copy_rows(vx: VecIR, img: _Image, x_plane, scr) -> None:
