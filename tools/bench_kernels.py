@@ -1,12 +1,13 @@
 """Benchmark glowpy's generated Conv and GEMM kernels on their own, and the standalone JIT harness the
 kernel tests share.
 
-    python tools/bench_kernels.py [--repeats N] [--threads 1 2] [--no-ort]
+    python tools/bench_kernels.py [--repeats N] [--threads 1 2] [--no-ort] [--pools]
 
 For every distinct ResNet-50 conv layer shape (batch 1), and gemm at 512^3, prints GFLOP/s single- and
 two-threaded next to numpy's matmul of the same FLOPs, then the sum of the conv layer times against
 onnxruntime's whole-model latency on the random-weight ResNet-50 (tools/prepare_models.py). Numbers are
-medians of several repeats; the machine is shared, so expect noise of several percent.
+medians of several repeats; the machine is shared, so expect noise of several percent. `--pools`: the
+vector MaxPool / AveragePool kernel on the zoo's pooling layers instead (ms and input taps per ns).
 """
 
 from __future__ import annotations
@@ -248,6 +249,41 @@ def ort_latency(threads: int, repeats: int, cpu_clock: bool = False) -> float:
                       cpu_clock=cpu_clock and threads == 1)
 
 
+# (name, kind, x shape, kernel, strides, pads, ceil_mode, count_include_pad): googlenet, inception_v3, squeezenet
+POOLS = [
+    ("googlenet maxpool1", "max", (1, 64, 112, 112), (3, 3), (2, 2), (0, 0, 0, 0), True, False),
+    ("googlenet 3a branch4", "max", (1, 192, 28, 28), (3, 3), (1, 1), (1, 1, 1, 1), True, False),
+    ("googlenet 4e branch4", "max", (1, 528, 14, 14), (3, 3), (1, 1), (1, 1, 1, 1), True, False),
+    ("googlenet 5b branch4", "max", (1, 832, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), True, False),
+    ("inception_v3 maxpool1", "max", (1, 64, 147, 147), (3, 3), (2, 2), (0, 0, 0, 0), False, False),
+    ("inception_v3 Mixed_5b avg", "avg", (1, 192, 35, 35), (3, 3), (1, 1), (1, 1, 1, 1), False, False),
+    ("inception_v3 Mixed_6b avg", "avg", (1, 768, 17, 17), (3, 3), (1, 1), (1, 1, 1, 1), False, False),
+    ("squeezenet maxpool1", "max", (1, 64, 111, 111), (3, 3), (2, 2), (0, 0, 0, 0), True, False),
+]
+
+
+def bench_pools(args, vw: int, pools: dict) -> None:
+    from glowpy.backends.cpu.kernels.pool import emit_pool_2d
+    from glowpy.ir.ops.nn import _pool_out
+    from glowpy.ir.types import TensorType
+
+    print(f"{'pool':<28}{'x shape':<20}" + "".join(f" | {t}T     ms  taps/ns" for t in args.threads))
+    for name, kind, xs, k, s, p, ceil, count_pad in POOLS:
+        attrs = {"kernel_shape": k, "strides": s, "pads": p, "ceil_mode": int(ceil)}
+        oshape = (*xs[:2], *_pool_out(attrs, TensorType(np.float32, xs)))
+        kern = JitKernel(lambda m, n, o=oshape, a=(kind, k, s, p, count_pad), x_=xs: emit_pool_2d(
+            m, n, x_, o, a[0], a[1], a[2], a[3], a[4], vw), name="pool")
+        x = np.random.default_rng(0).standard_normal(xs).astype(np.float32)
+        out = np.empty(oshape, np.float32)
+        taps = float(np.prod(oshape)) * k[0] * k[1]
+        row = ""
+        for t in args.threads:
+            sec = time_kernel(kern, out, x, nthreads=t, repeats=args.repeats, pool=pools.get(t),
+                              cpu_clock=args.cpu_clock)
+            row += f" | {sec * 1e3:9.3f} {taps / sec / 1e9:7.2f}"
+        print(f"{name:<28}{str(xs[1:]):<20}{row}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     from glowpy.backends.cpu.kernels.conv import emit_conv2d
     from glowpy.backends.cpu.kernels.gemm import emit_gemm
@@ -259,9 +295,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, nargs="*", help="only these layer indices")
     ap.add_argument("--cpu-clock", action="store_true",
                     help="single-thread columns in thread CPU time (robust on a loaded machine); 2T stays wall")
+    ap.add_argument("--pools", action="store_true", help="the pooling kernels instead of conv and gemm")
     args = ap.parse_args(argv)
     vw = host_vector_width()
     pools = {t: ThreadPool(t) for t in args.threads if t > 1}
+    if args.pools:
+        bench_pools(args, vw, pools)
+        return 0
     rng = np.random.default_rng(0)
     clock = "1T: thread CPU time, 2T+: wall" if args.cpu_clock else "wall clock"
     print(f"glowpy kernels, vector width {vw}; medians of {args.repeats} repeats, {clock} (shared machine: noisy)")

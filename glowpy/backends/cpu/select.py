@@ -301,10 +301,21 @@ def _pool(low: Lowering, node: Node, kind: str) -> None:
     a = node.attrs
     nsp = x.type.rank - 2
     dil = a.get("dilations") or (1,) * nsp
+    index_order = a["storage_order"] if a.get("indices") else None
+    work = out.type.size * math.prod(a["kernel_shape"])
+    if low.fast_kernels and pool.fast_2d(x.dtype, x.shape, out.shape, kind, a["kernel_shape"], a["strides"], dil,
+                                             index_order, low.vector_width):
+        info = pool.emit_pool_2d(low.kmod(), low.fname([node]), x.shape, out.shape, kind, a["kernel_shape"],
+                                 a["strides"], a["pads"], bool(a.get("count_include_pad", 0)), low.vector_width)
+        low.used_fast.append(info.function.name)
+        args = [low.val(out), low.val(x), NULL, SCRATCH] + [low.array(t) for t in info.packed]
+        low.add(Step(info.function.name, info.function, args, [out], [node], work=work,
+                     scratch=info.scratch_bytes_per_thread))
+        return
     fn = pool.emit_pool(low.kmod(), low.fname([node]), x.dtype, x.shape, out.shape, kind, a["kernel_shape"],
                         a["strides"], a["pads"], dil, bool(a.get("count_include_pad", 0)),
-                        index_order=a["storage_order"] if a.get("indices") else None, norm_p=a.get("p", 0))
-    _simple(low, node, fn, [low.val(x)], out.type.size * math.prod(a["kernel_shape"]), outs=list(node.outputs))
+                        index_order=index_order, norm_p=a.get("p", 0))
+    _simple(low, node, fn, [low.val(x)], work, outs=list(node.outputs))
 
 
 def _lower_MaxPool(low: Lowering, node: Node) -> None:

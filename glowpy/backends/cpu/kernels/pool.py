@@ -1,6 +1,14 @@
 """Max and average pooling over N-d windows (ceil_mode, explicit pads, dilations, count_include_pad).
 
-Threads split the N*C planes. Per spatial dim, the output range is cut at compile time into the
+Threads split the N*C planes. Float32 2-D max / average pools without dilation or indices, windows of
+1..7 and strides 1 or 2 (`fast_2d`) run in vectors (`emit_pool_2d`): each plane is copied into a
+per-thread scratch image whose padding (and ceil_mode overhang, and the columns the last output vector
+reads past the row) holds the identity (-inf for max, 0 for average), so every tap of a vector of
+output columns is one unchecked load (stride 2: two loads and one even-lane shuffle). Average adds the
+taps in window order from 0 as the generic kernel does, then divides by the window's cell count (a
+compile-time table: per row times per column), so both give the same bits.
+
+Otherwise, per spatial dim, the output range is cut at compile time into the
 border (windows that reach into padding or past the input: every tap is checked, and a clamped
 address plus a select keeps reads inside the plane) and the interior (no checks at all, so LLVM
 unrolls the window and vectorizes the innermost output loop).
@@ -15,7 +23,15 @@ import numpy as np
 from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
+from glowpy.backends.cpu.kernels.common import KernelInfo
+from glowpy.backends.cpu.kernels.depthwise import _phase_lanes
 from glowpy.backends.cpu.kernels.elementwise import _fmax
+from glowpy.backends.cpu.kernels.gemm import kernel_function
+from glowpy.backends.cpu.target import host_target
+from glowpy.backends.cpu.vector import I32, I64, PTR, Loop, VecIR
+
+# The largest scratch image (floats per thread) the vector path uses; bigger planes take the generic one.
+_MAX_IMAGE = 1 << 22
 
 
 def _segments(size: int, out: int, k: int, stride: int, pad: int, dil: int) -> list[tuple[int, int, bool]]:
@@ -80,6 +96,155 @@ def emit_pool(module: ir.Module, name: str, dtype: np.dtype, x_shape: tuple[int,
         spatial(0, [], [])
     b.ret_void()
     return fn
+
+
+class _Image:
+    """The scratch image of one plane: rows [0, hp) are input rows - pt, columns [0, wp) input columns - pl."""
+
+    def __init__(self, x_shape, out_shape, kernel, strides, pads, vw: int) -> None:
+        self.h, self.w = x_shape[2:]
+        self.oh, self.ow = out_shape[2:]
+        (self.kh, self.kw), (self.sh, self.sw) = kernel, strides
+        self.pt, self.pl = pads[0], pads[1]
+        self.ncv = math.ceil(self.ow / vw)  # column vectors per output row
+        self.hp = (self.oh - 1) * self.sh + self.kh
+        # stride s reads s vectors from column s * ow0 + kw for the vector of output columns at ow0
+        self.wp = self.sw * self.ncv * vw + self.kw - 1
+        self.rows = max(0, min(self.h, self.hp - self.pt))  # input rows some window reads
+        self.cols = max(0, min(self.w, self.wp - self.pl))
+        self.floats = math.ceil(self.hp * self.wp / vw) * vw
+
+
+def fast_2d(dtype: np.dtype, x_shape: tuple[int, ...], out_shape: tuple[int, ...], kind: str,
+            kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+            index_order: int | None, vw: int) -> bool:
+    """Whether emit_pool_2d computes this pool (else emit_pool)."""
+    if (np.dtype(dtype) != np.float32 or kind not in ("max", "avg") or index_order is not None
+            or len(kernel) != 2 or any(d != 1 for d in dilations) or math.prod(out_shape) == 0):
+        return False
+    if not all(1 <= k <= 7 for k in kernel) or not all(s in (1, 2) for s in strides):
+        return False
+    img = _Image(x_shape, out_shape, kernel, strides, (0, 0), vw)
+    return img.floats + 2 * sum(kernel) * vw <= _MAX_IMAGE
+
+
+def _counts(size: int, out: int, k: int, stride: int, pad: int, pad_end: int, include_pad: bool) -> np.ndarray:
+    """Per output coordinate, the window's cells inside the input (or inside input + pads)."""
+    lo, hi = (-pad, size + pad_end) if include_pad else (0, size)
+    start = np.arange(out) * stride - pad
+    return (np.minimum(start + k, hi) - np.maximum(start, lo)).clip(0)
+
+
+def emit_pool_2d(module: ir.Module, name: str, x_shape: tuple[int, ...], out_shape: tuple[int, ...], kind: str,
+                 kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int], count_include_pad: bool,
+                 vw: int) -> KernelInfo:
+    """void name(out, x, null, scratch, [divisors,] tid, nthreads): a float32 2-D max or average pool
+    that fast_2d accepts. Average's packed table: the per-column counts (ncv * vw entries, 1 past the
+    row), then the per-row counts; a window's divisor is their product."""
+    img = _Image(x_shape, out_shape, kernel, strides, pads, vw)
+    packed = []
+    if kind == "avg":
+        cw = np.ones(img.ncv * vw, np.float32)
+        cw[:img.ow] = _counts(img.w, img.ow, img.kw, img.sw, pads[1], pads[3], count_include_pad)
+        ch = _counts(img.h, img.oh, img.kh, img.sh, pads[0], pads[2], count_include_pad).astype(np.float32)
+        packed = [np.concatenate([cw, ch])]
+    fn = kernel_function(module, name, len(packed))
+    out_p, x_p, _, scratch_p = fn.args[:4]
+    tid, nthreads = fn.args[-2:]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    vx = VecIR(module, b, vw)
+    planes = x_shape[0] * x_shape[1]
+    lo, hi = U.thread_range(b, planes, tid, nthreads, "planes")
+
+    raw = b.ptrtoint(scratch_p, I64, name="scratch.addr")
+    up = b.add(raw, ir.Constant(I64, 63), name="scratch.up")
+    scr = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="scratch")
+    ident = vx.fconst(-math.inf if kind == "max" else 0.0)
+    fl = Loop(vx, "fill", 0, img.floats // vw)
+    vx.store(ident, vx.gep(scr, vx.off((fl.i, vw))))
+    fl.close()
+
+    lp = Loop(vx, "plane", lo, hi)
+    _copy_rows(vx, img, vx.gep(x_p, vx.off((lp.i, img.h * img.w)), name="x.plane"), scr)
+    o_plane = vx.gep(out_p, vx.off((lp.i, img.oh * img.ow)), name="o.plane")
+    rl = Loop(vx, "orow", 0, img.oh)
+    row = vx.gep(scr, vx.off((rl.i, img.sh * img.wp)), name="img.row")
+    o_row = vx.gep(o_plane, vx.off((rl.i, img.ow)), name="o.row")
+    div_h = vx.load_splat(vx.gep(fn.args[4], vx.off(img.ncv * vw, rl.i)), name="count.h") if packed else None
+    full, tail = img.ow // vw, img.ow % vw
+    fmax = _vector_maximum(vx) if kind == "max" else None
+
+    def vector(ow0, mask) -> None:
+        taps = []
+        for kh in range(img.kh):
+            for kw in range(img.kw):
+                at = vx.gep(row, vx.off(ow0 if img.sw == 1 else (ow0, img.sw), kh * img.wp + kw))
+                if img.sw == 1:
+                    taps.append(vx.load(at, name="tap"))
+                else:
+                    pair = [vx.load(at, name="tap.even"), vx.load(vx.gep(at, vw), name="tap.odd")]
+                    taps.append(_phase_lanes(vx, pair, 0, 2))
+        if kind == "max":
+            while len(taps) > 1:  # a tree: maximum is exact in any order
+                taps = [fmax(*taps[i:i + 2]) if i + 1 < len(taps) else taps[i] for i in range(0, len(taps), 2)]
+            val = taps[0]
+        else:
+            acc = vx.zero
+            for t in taps:  # window order from 0: the generic kernel's sums, bit for bit
+                acc = b.fadd(acc, t, name="sum")
+            div = b.fmul(div_h, vx.load(vx.gep(fn.args[4], ow0), name="count.w"), name="count")
+            val = b.fdiv(acc, div, name="avg")
+        vx.store(val, vx.gep(o_row, ow0), mask)
+
+    if full:
+        cl = Loop(vx, "ocol", 0, full)
+        vector(b.mul(cl.i, ir.Constant(I64, vw), name="ow0"), None)
+        cl.close()
+    if tail:
+        vector(ir.Constant(I64, full * vw), vx.lane_mask(tail))
+    rl.close()
+    lp.close()
+    b.ret_void()
+    return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=img.floats * 4 + 64)
+
+
+def _vector_maximum(vx: VecIR):
+    """(a, b) -> llvm.maximum(a, b) lane by lane: NaN if either is (an input NaN, quieted), -0 < +0.
+    With AVX-512DQ: vrangeps (imm 0b0101: max, the sign of the selected operand) orders zeros right but
+    returns the number beside a NaN, so lanes with a NaN take a + b instead (that NaN): three
+    instructions where LLVM lowers llvm.maximum to six."""
+    b, vw = vx.b, vx.vw
+    if vw == 16 and host_target().has("avx512dq"):
+        rng = vx.intrinsic("llvm.x86.avx512.mask.range.ps.512", vx.vty, [vx.vty, vx.vty, I32, vx.vty, U.I16, I32])
+
+        def vmax(x, y):
+            r = b.call(rng, [x, y, ir.Constant(I32, 0b0101), vx.zero, ir.Constant(U.I16, -1), ir.Constant(I32, 4)],
+                       name="range")
+            return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y, name="nan"), r, name="max")
+        return vmax
+    fn = vx.intrinsic(f"llvm.maximum.v{vw}f32", vx.vty, [vx.vty, vx.vty])
+    return lambda x, y: b.call(fn, [x, y], name="max")
+
+
+def _copy_rows(vx: VecIR, img: _Image, x_plane, scr) -> None:
+    """The input rows and columns some window reads into the image's interior; masked stores keep the
+    identity around it."""
+    if img.rows == 0 or img.cols == 0:
+        return
+    vw = vx.vw
+    rl = Loop(vx, "copy.row", 0, img.rows)
+    src = vx.gep(x_plane, vx.off((rl.i, img.w)), name="src.row")
+    dst = vx.gep(scr, vx.off((rl.i, img.wp), img.pt * img.wp + img.pl), name="dst.row")
+    full, tail = img.cols // vw, img.cols % vw
+    if full:
+        cl = Loop(vx, "copy.col", 0, full)
+        c0 = vx.off((cl.i, vw))
+        vx.store(vx.load(vx.gep(src, c0), name="src"), vx.gep(dst, c0))
+        cl.close()
+    if tail:
+        mask = vx.lane_mask(tail)
+        vx.store(vx.load(vx.gep(src, full * vw), mask, name="src"), vx.gep(dst, full * vw), mask)
+    rl.close()
 
 
 def _window(b: ir.IRBuilder, xb: ir.Value, ob: ir.Value, coords: list[ir.Value], checked: list[bool],
