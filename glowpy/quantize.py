@@ -493,19 +493,17 @@ def _opset13(model: ModelProto) -> ModelProto:
 
 
 def _int32_bias(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto], act_scale: Mapping[str, np.float32],
-                weights: Mapping[tuple[str, int | None], tuple[str, np.ndarray]],
-                names: _Names) -> tuple[list[onnx.TensorProto], onnx.NodeProto] | None:
+                w_scale: Mapping[str, np.ndarray], names: _Names) -> tuple[list[onnx.TensorProto], onnx.NodeProto] | None:
     """The float bias of a Conv / Gemm whose operands are quantized as int32 with scale x_scale * w_scale
     and zero point 0 behind a DequantizeLinear, the form QLinearConv / QLinearMatMul take a bias in; None
     for another node, a bias of another shape, or one that does not fit int32."""
     if node.op_type not in ("Conv", "Gemm") or len(node.input) < 3 or node.input[2] not in inits:
         return None
-    x, b = node.input[0], inits[node.input[2]]
-    w = next((v for (src, _), v in weights.items() if v[0] == node.input[1]), None)
-    if x not in act_scale or w is None or b.data_type != onnx.TensorProto.FLOAT or len(b.dims) != 1:
+    x, w, b = node.input[0], node.input[1], inits[node.input[2]]
+    if x not in act_scale or w not in w_scale or b.data_type != onnx.TensorProto.FLOAT or len(b.dims) != 1:
         return None
     bias = numpy_helper.to_array(b)
-    scale = (act_scale[x] * w[1]).astype(np.float32)
+    scale = (act_scale[x] * w_scale[w]).astype(np.float32)
     if scale.size not in (1, bias.size) or not np.all(scale > 0):
         return None
     q = np.rint(bias.astype(np.float64) / np.broadcast_to(scale, bias.shape).astype(np.float64))
@@ -569,7 +567,8 @@ def quantize(model: Any, calibration: Calibration | None = None, *, ranges: Mapp
                              name=names(f"{t}_DequantizeLinear"))])
         new_inits += params
         act_scale[t], dequantized[t] = scale, dq
-    weights: dict[tuple[str, int | None], tuple[str, np.ndarray]] = {}
+    weights: dict[tuple[str, int | None], str] = {}
+    w_scale: dict[str, np.ndarray] = {}  # dequantized weight -> its scales
     for u in uses:
         node = g.node[u.node]
         src = node.input[u.input]
@@ -588,10 +587,10 @@ def quantize(model: Any, calibration: Calibration | None = None, *, ranges: Mapp
             after.setdefault(-1, []).append(helper.make_node("DequantizeLinear", [p.name for p in params], [dq],
                                                              name=names(f"{src}_DequantizeLinear"), **attrs))
             new_inits += params
-            weights[key] = dq, scale
-        node.input[u.input] = weights[key][0]
+            weights[key], w_scale[dq] = dq, scale
+        node.input[u.input] = weights[key]
     for node in g.node:
-        bias = _int32_bias(node, inits, act_scale, weights, names)
+        bias = _int32_bias(node, inits, act_scale, w_scale, names)
         if bias is not None:
             new_inits += bias[0]
             after.setdefault(-1, []).append(bias[1])
