@@ -648,13 +648,18 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--load-profile", metavar="PROFILE.json", help="ranges saved by --dump-profile instead")
     p.add_argument("--output", "-o", metavar="MODEL.int8.onnx", help="where to write the QDQ model")
     p.add_argument("--dump-profile", metavar="PROFILE.json", help="save the profiled ranges (JSON)")
-    p.add_argument("--method", choices=("minmax", "percentile", "entropy"), default="minmax",
+    p.add_argument("--method", choices=("minmax", "percentile", "entropy", "mse"), default="minmax",
                    help="how a range is taken from the profile (default: %(default)s)")
     p.add_argument("--percentile", type=float, default=99.99,
                    help="with --method percentile: keep this central share of each histogram (default: %(default)s)")
     p.add_argument("--activations", choices=("uint8", "int8"), default="uint8",
                    help="activation type (default: %(default)s)")
     p.add_argument("--per-tensor-weights", action="store_true", help="one scale per weight instead of per channel")
+    p.add_argument("--weight-range", choices=("max", "mse"), default="max",
+                   help="int8 weight scale from each channel's max |w| or its least-squared-error clip "
+                        "(default: %(default)s)")
+    p.add_argument("--float-residual", action="store_true",
+                   help="keep Adds of two activations (residual connections) and their operands in float")
     p.add_argument("--backend", "-b", default="interpreter", choices=sorted(BACKENDS),
                    help="the backend that runs the float model to profile it (default: %(default)s)")
     p.set_defaults(func=cmd_quantize)
@@ -686,17 +691,21 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     if not args.output:
         return EXIT_OK
     model = quantize(model_path, ranges=ranges, activations=args.activations,
-                     per_channel=not args.per_tensor_weights)
+                     per_channel=not args.per_tensor_weights, weight_range=args.weight_range,
+                     residual=not args.float_residual)
     counts: dict[str, int] = {}
+    kinds = {t.name: t.data_type for t in model.graph.initializer}
     for n in model.graph.node:
-        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+        kind = n.op_type if n.op_type != "DequantizeLinear" or n.input[0] not in kinds else \
+            "bias" if kinds[n.input[0]] == onnx.TensorProto.INT32 else "weight"
+        counts[kind] = counts.get(kind, 0) + 1
     try:
         onnx.save(model, args.output)
     except OSError as e:
         raise UsageError(f"cannot write '{args.output}': {e.strerror}") from None
     print(f"quantized {counts.get('QuantizeLinear', 0)} activations ({args.activations}), "
-          f"{counts.get('DequantizeLinear', 0) - counts.get('QuantizeLinear', 0)} weights "
-          f"(int8, {'per tensor' if args.per_tensor_weights else 'per channel'})")
+          f"{counts.get('weight', 0)} weights (int8, {'per tensor' if args.per_tensor_weights else 'per channel'}), "
+          f"{counts.get('bias', 0)} biases (int32)")
     print(f"saved     {args.output}")
     return EXIT_OK
 

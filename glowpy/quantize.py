@@ -6,16 +6,21 @@
 
 `profile` runs the float model on glowpy (the interpreter by default: the graph as imported, nothing
 fused away) with the activations to quantize exposed as extra graph outputs, and records each one's
-range over the calibration set: min / max, the `percentile` of its histogram, or the entropy
-threshold (least KL divergence between the observed and the quantized distribution); the last two
-take a second pass, a histogram over the range the first found.
+range over the calibration set: min / max, the `percentile` of its histogram, the entropy threshold
+(least KL divergence between the observed and the quantized distribution), or the least expected
+squared quantization error ('mse'); the last three take a second pass, a histogram over the range the
+first found.
 
 `quantize` rewrites the ONNX model in QDQ form, the format onnxruntime's `quantize_static` writes and
-runs: every float input of a Conv, MatMul or Gemm goes through QuantizeLinear -> DequantizeLinear with
-per-tensor parameters from its range (uint8 or int8, asymmetric, the range widened to include 0), and
-every weight (an initializer in the weight position) is stored as int8, symmetric, per output channel
-(axis 0 of a Conv weight, the N axis of a MatMul / Gemm weight), behind a DequantizeLinear. Biases stay
-float. Per-axis DequantizeLinear needs opset 13: older models are converted to opset 13 first.
+runs, so that glowpy's QDQ rewrites (optimizer/quant.py) find integer ops in it: every float input and
+output of a Conv, MatMul or Gemm (the output after a Relu / Clip that alone consumes it), the operands
+and output of an Add of two activations and of a GlobalAveragePool go through QuantizeLinear ->
+DequantizeLinear with per-tensor parameters from their range (uint8 or int8, asymmetric, the range
+widened to include 0; the output of MaxPool / Flatten / Reshape / Transpose / Squeeze / Unsqueeze takes
+its input's, so the pair around it folds away). Every weight (an initializer in the weight position) is
+stored as int8, symmetric, per output channel (axis 0 of a Conv weight, the N axis of a MatMul / Gemm
+weight), and every Conv / Gemm bias as int32 with scale x_scale * w_scale, each behind a
+DequantizeLinear. Per-axis DequantizeLinear needs opset 13: older models are converted to opset 13 first.
 
 Calibration data is an .npz file (or a mapping) with one array per model input: either one batch of
 the input's shape, or a stack of S batches, shape (S, *input_shape).
@@ -50,11 +55,15 @@ from glowpy.importer import read_model
 from glowpy.importer.onnx_import import declared_type
 from glowpy.ir.ops import get_op
 
-METHODS = ("minmax", "percentile", "entropy")
+METHODS = ("minmax", "percentile", "entropy", "mse")
+WEIGHT_RANGES = ("max", "mse")
 ACTIVATION_TYPES = {"uint8": np.dtype(np.uint8), "int8": np.dtype(np.int8)}
 TARGET_OPS = ("Conv", "MatMul", "Gemm")
+ACTIVATION_OPS = ("Relu", "Clip")  # after a target op: quantized at their output, the integer op applies them
+DATA_MOVEMENT_OPS = ("MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze")
 QDQ_OPSET = 13  # per-axis DequantizeLinear
 HISTOGRAM_BINS = 2048
+CLIP_CANDIDATES = 128  # the scale-downs of the observed range the 'mse' methods compare: k / 128, k = 1..128
 
 Calibration = str | os.PathLike | Mapping[str, np.ndarray]
 
@@ -177,13 +186,63 @@ def _uses(model: ModelProto) -> list[_Use]:
     return out
 
 
-def _activations(model: ModelProto, uses: list[_Use]) -> list[str]:
+def _activations(model: ModelProto, uses: list[_Use], residual: bool = True) -> tuple[list[str], dict[str, str]]:
+    """The activations to put behind Q/DQ, and for some the tensor whose range they take.
+
+    The float operands of Conv / MatMul / Gemm, and what makes their integer forms apply: the op's output
+    (after a sole Relu / Clip consumer, which the integer op's requantization takes in), both operands and
+    the output of an Add of two activations (QLinearAdd; with `residual` False the Add and the outputs
+    feeding it stay float), the input and output of GlobalAveragePool. The output of a data-movement op
+    whose input is quantized takes the input's range (the Q/DQ pair around it then folds away exactly)."""
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    graph_outputs = {o.name for o in g.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in g.node:
+        for x in node.input:
+            consumers.setdefault(x, []).append(node)
     names: list[str] = []
+
+    def add(t: str) -> None:
+        if t and t not in inits and t not in names:
+            names.append(t)
+
     for u in uses:
-        name = model.graph.node[u.node].input[u.input]
-        if u.weight_axis is None and name not in names:
-            names.append(name)
-    return names
+        if u.weight_axis is None:
+            add(g.node[u.node].input[u.input])
+
+    def output(t: str) -> None:
+        users = consumers.get(t, [])
+        if len(users) == 1 and users[0].op_type in ACTIVATION_OPS and t not in graph_outputs:
+            t = users[0].output[0]
+        float_users = [n for n in consumers.get(t, []) if n.op_type == "Add" and not residual]
+        if t not in graph_outputs and consumers.get(t) and not float_users:
+            add(t)
+
+    for node in g.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in TARGET_OPS:
+            output(node.output[0])
+        elif node.op_type == "Add" and residual and len(node.input) == 2 and not set(node.input) & inits:
+            add(node.input[0])
+            add(node.input[1])
+            output(node.output[0])
+        elif node.op_type == "GlobalAveragePool":
+            add(node.input[0])
+            output(node.output[0])
+    shared: dict[str, str] = {}
+    for node in reversed(g.node):
+        if node.op_type in DATA_MOVEMENT_OPS and node.domain in ("", "ai.onnx") and node.output[0] in names:
+            add(node.input[0])
+            shared[node.output[0]] = node.input[0]
+    return names, shared
+
+
+def _range_source(shared: Mapping[str, str], t: str) -> str:
+    while t in shared:
+        t = shared[t]
+    return t
 
 
 # --- profiling -------------------------------------------------------------------------------------
@@ -200,7 +259,7 @@ def _with_outputs(model: ModelProto, names: list[str]) -> ModelProto:
 def profile(model: Any, calibration: Calibration, *, method: str = "minmax", percentile: float = 99.99,
             backend: str = "interpreter", tensors: list[str] | None = None) -> dict[str, Range]:
     """Run the float model on every calibration batch; the range of each tensor in `tensors` (default:
-    the activations `quantize` puts behind Q/DQ). `method` is 'minmax', 'percentile' (the
+    the activations `quantize` puts behind Q/DQ). `method` is 'minmax', 'mse' (see `_mse_range`), 'percentile' (the
     `percentile` and 100 - `percentile` points of each tensor's histogram) or 'entropy'."""
     from glowpy.pipeline import compile_model
 
@@ -210,7 +269,11 @@ def profile(model: Any, calibration: Calibration, *, method: str = "minmax", per
         raise UnsupportedAttribute("percentile out of range", expected="50 < percentile <= 100", found=percentile)
     proto, _ = read_model(model)
     batches = calibration_batches(proto, calibration)
-    names = _activations(proto, _uses(proto)) if tensors is None else list(tensors)
+    if tensors is None:
+        names, shared = _activations(proto, _uses(proto))
+        names = [n for n in names if n not in shared]
+    else:
+        names = list(tensors)
     shapes = {n: a.shape for n, a in batches[0].items()}
     # The interpreter runs the graph as imported (the oracle); another backend runs it optimized.
     compiled = compile_model(_with_outputs(proto, names), backend, shapes, optimize=backend != "interpreter")
@@ -229,17 +292,39 @@ def profile(model: Any, calibration: Calibration, *, method: str = "minmax", per
     ranges = {n: Range(lo[n], hi[n]) for n in names}
     if method == "minmax":
         return ranges
-    # Second pass: a histogram per tensor, over its range (percentile) or over |x| (entropy).
-    spans = {n: (r.min, r.max) if method == "percentile" else (0.0, max(abs(r.min), abs(r.max)))
+    # Second pass: a histogram per tensor, over its range (percentile; mse, without the exact zeros) or
+    # over |x| (entropy).
+    spans = {n: (0.0, max(abs(r.min), abs(r.max))) if method == "entropy" else (r.min, r.max)
              for n, r in ranges.items()}
     hist = {n: np.zeros(HISTOGRAM_BINS, np.int64) for n in names}
     for values in observed():
         for n, v in values.items():
             if spans[n][1] > spans[n][0]:
-                hist[n] += np.histogram(v if method == "percentile" else np.abs(v), HISTOGRAM_BINS, spans[n])[0]
+                v = np.abs(v) if method == "entropy" else v[v != 0] if method == "mse" else v
+                hist[n] += np.histogram(v, HISTOGRAM_BINS, spans[n])[0]
     if method == "percentile":
         return {n: _percentile_range(ranges[n], hist[n], percentile) for n in names}
+    if method == "mse":
+        return {n: _mse_range(ranges[n], hist[n]) for n in names}
     return {n: _entropy_range(ranges[n], hist[n]) for n in names}
+
+
+def _mse_range(full: Range, hist: np.ndarray) -> Range:
+    """The observed range (widened to 0) scaled by the a in (0, 1] that minimizes the expected squared
+    error of quantizing the histogram's values (over `full`, exact zeros left out: 0 is exact at every
+    range) to 256 levels: step^2 / 12 for a value inside the range (rounding), its distance to the
+    bound squared beyond it (clipping)."""
+    lo, hi = min(full.min, 0.0), max(full.max, 0.0)
+    if hist.sum() == 0 or full.max <= full.min:
+        return full
+    edges = np.linspace(full.min, full.max, len(hist) + 1)
+    centers = (edges[:-1] + edges[1:]) / 2
+    a = np.arange(1, CLIP_CANDIDATES + 1) / CLIP_CANDIDATES
+    los, his = (a * lo)[:, None], (a * hi)[:, None]
+    under, over = np.minimum(centers - los, 0.0), np.maximum(centers - his, 0.0)
+    rounding = np.where((under == 0) & (over == 0), ((his - los) / 255) ** 2 / 12, 0.0)
+    best = a[int(np.argmin((under**2 + over**2 + rounding) @ hist))]
+    return Range(max(full.min, best * lo), min(full.max, best * hi))
 
 
 def _percentile_range(full: Range, hist: np.ndarray, percentile: float) -> Range:
@@ -339,14 +424,28 @@ def activation_params(r: Range, dtype: np.dtype) -> tuple[np.float32, np.ndarray
     return scale, np.array(zp, dtype=dtype)
 
 
-def weight_params(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def weight_params(w: np.ndarray, axis: int | None, clip: str = "max") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Symmetric int8 (range -127..127) weights: (quantized, scales, zero points), per channel along
-    `axis` (None: per tensor). An all-zero channel gets scale 1."""
-    if axis is None:
-        amax = np.array(np.abs(w).max() if w.size else 0.0)
-    else:
-        amax = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1)
+    `axis` (None: per tensor). `clip` 'max' maps each channel's max |w| to 127; 'mse' the fraction k / 128
+    of it (k = 1..128) that minimizes the channel's squared rounding and clipping error. An all-zero
+    channel gets scale 1."""
+    if clip not in WEIGHT_RANGES:
+        raise UnsupportedAttribute("unknown weight range", expected=list(WEIGHT_RANGES), found=clip)
+    rows = w.reshape(1, -1) if axis is None else np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
+    amax = np.abs(rows).max(axis=1) if w.size else np.zeros(len(rows), w.dtype)
+    if clip == "mse" and w.size:
+        best, best_err = amax.astype(np.float64), np.full(len(rows), np.inf)
+        r64 = rows.astype(np.float64)
+        for k in range(CLIP_CANDIDATES, 0, -1):
+            t = amax.astype(np.float64) * (k / CLIP_CANDIDATES)
+            s = np.where(t > 0, t / 127.0, 1.0)[:, None]
+            err = ((np.clip(np.rint(r64 / s), -127, 127) * s - r64) ** 2).sum(axis=1)
+            better = err < best_err
+            best, best_err = np.where(better, t, best), np.where(better, err, best_err)
+        amax = best
     scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    if axis is None:
+        scale = scale.reshape(())
     zp = np.zeros(scale.shape, np.int8)
     q = get_op("QuantizeLinear").compute({"axis": 0 if axis is None else axis, "block_size": 0,
                                           "dtype": np.dtype(np.int8), "precision": None}, w, scale, zp)
@@ -393,13 +492,45 @@ def _opset13(model: ModelProto) -> ModelProto:
     return converted
 
 
+def _int32_bias(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto], act_scale: Mapping[str, np.float32],
+                w_scale: Mapping[str, np.ndarray], names: _Names) -> tuple[list[onnx.TensorProto], onnx.NodeProto] | None:
+    """The float bias of a Conv / Gemm whose operands are quantized as int32 with scale x_scale * w_scale
+    and zero point 0 behind a DequantizeLinear, the form QLinearConv / QLinearMatMul take a bias in; None
+    for another node, a bias of another shape, or one that does not fit int32."""
+    if node.op_type not in ("Conv", "Gemm") or len(node.input) < 3 or node.input[2] not in inits:
+        return None
+    x, w, b = node.input[0], node.input[1], inits[node.input[2]]
+    if x not in act_scale or w not in w_scale or b.data_type != onnx.TensorProto.FLOAT or len(b.dims) != 1:
+        return None
+    bias = numpy_helper.to_array(b)
+    scale = (act_scale[x] * w_scale[w]).astype(np.float32)
+    if scale.size not in (1, bias.size) or not np.all(scale > 0):
+        return None
+    q = np.rint(bias.astype(np.float64) / np.broadcast_to(scale, bias.shape).astype(np.float64))
+    if np.abs(q).max(initial=0) > np.iinfo(np.int32).max:
+        return None
+    src = node.input[2]
+    params = [numpy_helper.from_array(q.astype(np.int32), names(f"{src}_quantized")),
+              numpy_helper.from_array(scale, names(f"{src}_scale")),
+              numpy_helper.from_array(np.zeros(scale.shape, np.int32), names(f"{src}_zero_point"))]
+    attrs = {"axis": 0} if scale.ndim else {}
+    dq = helper.make_node("DequantizeLinear", [p.name for p in params], [names(f"{src}_dequantized")],
+                          name=names(f"{src}_DequantizeLinear"), **attrs)
+    return params, dq
+
+
 def quantize(model: Any, calibration: Calibration | None = None, *, ranges: Mapping[str, Range] | None = None,
              method: str = "minmax", percentile: float = 99.99, activations: str = "uint8",
-             per_channel: bool = True, backend: str = "interpreter") -> ModelProto:
+             per_channel: bool = True, weight_range: str = "max", residual: bool = True,
+             backend: str = "interpreter") -> ModelProto:
     """The QDQ model of `model` (bytes, a path or a ModelProto), calibrated on `calibration` (an .npz path
-    or {input: array}) or on precomputed `ranges` (from `profile`). `activations` is 'uint8' or 'int8'."""
+    or {input: array}) or on precomputed `ranges` (from `profile`). `activations` is 'uint8' or 'int8';
+    `weight_range` is 'max' or 'mse' (see `weight_params`); `residual` False keeps Adds of two activations (residual connections) and the outputs feeding them in
+    float (more accurate, but those producers then run float convolutions)."""
     if activations not in ACTIVATION_TYPES:
         raise UnsupportedAttribute("unknown activation type", expected=sorted(ACTIVATION_TYPES), found=activations)
+    if weight_range not in WEIGHT_RANGES:
+        raise UnsupportedAttribute("unknown weight range", expected=list(WEIGHT_RANGES), found=weight_range)
     act_dtype = ACTIVATION_TYPES[activations]
     proto, _ = read_model(model)
     if ranges is None:
@@ -412,48 +543,67 @@ def quantize(model: Any, calibration: Calibration | None = None, *, ranges: Mapp
     out = _opset13(out)
     g = out.graph
     uses = _uses(out)
-    missing = [n for n in _activations(out, uses) if n not in ranges]
+    tensors, shared = _activations(out, uses, residual)
+    missing = [n for n in tensors if _range_source(shared, n) not in ranges]
     if missing:
         raise UnidentifiedName(f"no profiled range for tensor(s) {missing[:5]}", expected="a range per activation",
                                found=sorted(ranges)[:5])
     names = _Names(out)
     inits = {t.name: t for t in g.initializer}
-    replaced: dict[tuple[str, int | None], str] = {}
-    before: dict[int, list[onnx.NodeProto]] = {}
+    producer = {o: i for i, n in enumerate(g.node) for o in n.output}
+    after: dict[int, list[onnx.NodeProto]] = {}  # nodes to insert after node i (-1: before every node)
     new_inits: list[onnx.TensorProto] = []
+    act_scale: dict[str, np.float32] = {}
+    dequantized: dict[str, str] = {}
+    for t in tensors:
+        scale, zp = activation_params(ranges[_range_source(shared, t)], act_dtype)
+        params = [numpy_helper.from_array(np.asarray(scale, np.float32), names(f"{t}_scale")),
+                  numpy_helper.from_array(zp, names(f"{t}_zero_point"))]
+        q, dq = names(f"{t}_quantized"), names(f"{t}_dequantized")
+        after.setdefault(producer.get(t, -1), []).extend([
+            helper.make_node("QuantizeLinear", [t, params[0].name, params[1].name], [q],
+                             name=names(f"{t}_QuantizeLinear")),
+            helper.make_node("DequantizeLinear", [q, params[0].name, params[1].name], [dq],
+                             name=names(f"{t}_DequantizeLinear"))])
+        new_inits += params
+        act_scale[t], dequantized[t] = scale, dq
+    weights: dict[tuple[str, int | None], str] = {}
+    w_scale: dict[str, np.ndarray] = {}  # dequantized weight -> its scales
     for u in uses:
         node = g.node[u.node]
         src = node.input[u.input]
+        if u.weight_axis is None:
+            continue
         key = (src, u.weight_axis)
-        if key not in replaced:
-            if u.weight_axis is None:
-                scale, zp = activation_params(ranges[src], act_dtype)
-                params = [numpy_helper.from_array(np.asarray(scale, np.float32), names(f"{src}_scale")),
-                          numpy_helper.from_array(zp, names(f"{src}_zero_point"))]
-                q, dq = names(f"{src}_quantized"), names(f"{src}_dequantized")
-                nodes = [helper.make_node("QuantizeLinear", [src, params[0].name, params[1].name], [q],
-                                          name=names(f"{src}_QuantizeLinear")),
-                         helper.make_node("DequantizeLinear", [q, params[0].name, params[1].name], [dq],
-                                          name=names(f"{src}_DequantizeLinear"))]
-            else:
-                w = numpy_helper.to_array(inits[src])
-                axis = u.weight_axis if per_channel and u.weight_axis >= 0 else None
-                qw, scale, zp = weight_params(w, axis)
-                params = [numpy_helper.from_array(qw, names(f"{src}_quantized")),
-                          numpy_helper.from_array(scale, names(f"{src}_scale")),
-                          numpy_helper.from_array(zp, names(f"{src}_zero_point"))]
-                dq = names(f"{src}_dequantized")
-                attrs = {"axis": axis} if axis is not None else {}
-                nodes = [helper.make_node("DequantizeLinear", [p.name for p in params], [dq],
-                                          name=names(f"{src}_DequantizeLinear"), **attrs)]
+        if key not in weights:
+            w = numpy_helper.to_array(inits[src])
+            axis = u.weight_axis if per_channel and u.weight_axis >= 0 else None
+            qw, scale, zp = weight_params(w, axis, weight_range)
+            params = [numpy_helper.from_array(qw, names(f"{src}_quantized")),
+                      numpy_helper.from_array(scale, names(f"{src}_scale")),
+                      numpy_helper.from_array(zp, names(f"{src}_zero_point"))]
+            dq = names(f"{src}_dequantized")
+            attrs = {"axis": axis} if axis is not None else {}
+            after.setdefault(-1, []).append(helper.make_node("DequantizeLinear", [p.name for p in params], [dq],
+                                                             name=names(f"{src}_DequantizeLinear"), **attrs))
             new_inits += params
-            before.setdefault(u.node, []).extend(nodes)
-            replaced[key] = dq
-        node.input[u.input] = replaced[key]
-    order = []
+            weights[key], w_scale[dq] = dq, scale
+        node.input[u.input] = weights[key]
+    for node in g.node:
+        bias = _int32_bias(node, inits, act_scale, w_scale, names)
+        if bias is not None:
+            new_inits += bias[0]
+            after.setdefault(-1, []).append(bias[1])
+            node.input[2] = bias[1].output[0]
+        if node.op_type == "Add" and not residual:
+            continue
+        for k, x in enumerate(node.input):
+            if x in dequantized:
+                node.input[k] = dequantized[x]
+    order = list(after.get(-1, []))
     for i, node in enumerate(g.node):
-        order += before.get(i, [])
         order.append(node)
+        order += after.get(i, [])
     del g.node[:]
     g.node.extend(order)
     used = {x for n in g.node for x in n.input} | {o.name for o in g.output}

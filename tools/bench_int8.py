@@ -4,7 +4,8 @@ onnxruntime's (share of output elements within one quantization step of the outp
 thread: glowpy int8 vs onnxruntime int8 vs glowpy fp32 (and onnxruntime fp32 for scale).
 
     PYTHONPATH=$PWD python tools/bench_int8.py [--models resnet50.torchscript mobilenet_v2.torchscript]
-        [--calibration 8] [--runs 5] [--top1 200 [--top1-calibration 16] [--method minmax]]
+        [--calibration 8] [--runs 5] [--top1 200 [--top1-calibration 16] [--method minmax]
+        [--weight-range max] [--residual int8]]
 
 glowpy int8 runs on the cpu backend when it compiles the quantized model, else on the interpreter
 (accuracy only; its latency is not a figure of merit and is printed as such).
@@ -12,7 +13,9 @@ glowpy int8 runs on the cpu backend when it compiles the quantized model, else o
 `--top1 N` measures glowpy's own quantizer instead (glowpy.quantize, profiled on the cpu backend): the model quantized
 from calibration feeds drawn by the zoo's input rules (seeds 10000...), then the share of N other seeded
 feeds (seeds 1000...) whose top-1 class is the float model's, both run on glowpy (cpu, else the
-interpreter), with onnxruntime's quantize_static model on the same feeds for comparison.
+interpreter), with onnxruntime's quantize_static model on the same feeds for comparison; also the std of
+the logit error against the float logits (beside the float model's median top-1 / top-2 margin), and the
+integer and float ops the cpu backend's optimized int8 graph holds.
 """
 
 from __future__ import annotations
@@ -134,14 +137,16 @@ def bench(name: str, calibration: int, runs: int) -> None:
         print(f"  glowpy int8 (interpreter, one run) {first:9.2f} ms")
 
 
-def top1(name: str, count: int, calibration: int, method: str) -> None:
+def top1(name: str, count: int, calibration: int, method: str, weight_range: str, residual: bool) -> None:
     """Top-1 agreement of glowpy's own calibrated int8 model with the float model (see the docstring)."""
+    from glowpy.pipeline import optimized_graph
     from glowpy.quantize import quantize
 
     model = realize(SKELETON_DIR / f"{name}.onnx", 0)
     (input_name,) = make_inputs(model, 1)[0]
     calib = [make_inputs(model, 10_000 + s)[0] for s in range(calibration)]
-    qdq = quantize(model, {input_name: np.stack([f[input_name] for f in calib])}, method=method, backend="cpu")
+    qdq = quantize(model, {input_name: np.stack([f[input_name] for f in calib])}, method=method,
+                   weight_range=weight_range, residual=residual, backend="cpu")
     with tempfile.TemporaryDirectory() as d:
         ort_qdq = quantize_static(model, calib, Path(d))
     try:
@@ -149,17 +154,33 @@ def top1(name: str, count: int, calibration: int, method: str) -> None:
     except GlowpyError as e:
         print(f"  glowpy cpu refuses its own int8 model: {type(e).__name__}: {e}")
         g_int8, backend = glowpy.compile(qdq, backend="interpreter"), "interpreter"
+    ops: dict[str, int] = {}
+    for node in optimized_graph(qdq, "cpu").nodes:
+        ops[node.op] = ops.get(node.op, 0) + 1
+    float_ops = {k: v for k, v in ops.items() if k in ("Conv", "FullyConnected", "MatMul", "Gemm", "Add")}
     g_fp32, o_int8 = glowpy.compile(model, backend="cpu"), session(ort_qdq.SerializeToString())
     out = model.graph.output[0].name
     agree = ort_agree = 0
+    errors, ort_errors, margins = [], [], []
     for s in range(count):
         feed = make_inputs(model, 1000 + s)[0]
-        want = int(np.argmax(g_fp32.run(feed)[out]))
-        agree += int(np.argmax(g_int8.run(feed)[out])) == want
-        ort_agree += int(np.argmax(o_int8.run([out], feed)[0])) == want
-    print(f"{name}: glowpy int8 ({method}, {calibration} calibration feeds, on {backend}) top-1 = fp32 on "
+        ref = g_fp32.run(feed)[out].ravel()
+        got, ort_got = g_int8.run(feed)[out].ravel(), o_int8.run([out], feed)[0].ravel()
+        want = int(np.argmax(ref))
+        agree += int(np.argmax(got)) == want
+        ort_agree += int(np.argmax(ort_got)) == want
+        errors.append(got - ref)
+        ort_errors.append(ort_got - ref)
+        top = np.sort(ref)
+        margins.append(top[-1] - top[-2])
+    options = f"{method}, weights {weight_range}, residual {'int8' if residual else 'float'}"
+    print(f"{name}: glowpy int8 ({options}, {calibration} calibration feeds, on {backend}) top-1 = fp32 on "
           f"{agree}/{count} = {agree / count:.1%}; onnxruntime quantize_static on the same feeds: "
           f"{ort_agree}/{count} = {ort_agree / count:.1%}")
+    print(f"  logit error std: glowpy {np.std(errors):.4f}, onnxruntime {np.std(ort_errors):.4f}; fp32 median "
+          f"top-2 margin {np.median(margins):.4f}")
+    print(f"  integer ops on cpu: {', '.join(f'{k} {v}' for k, v in sorted(ops.items()) if k.startswith('QLinear'))}"
+          f"; float ops left: {', '.join(f'{k} {v}' for k, v in sorted(float_ops.items())) or 'none'}")
 
 
 def main() -> None:
@@ -170,13 +191,16 @@ def main() -> None:
     ap.add_argument("--top1", type=int, default=0, help="top-1 agreement of glowpy's own int8 on this many feeds")
     ap.add_argument("--top1-calibration", type=int, default=16)
     ap.add_argument("--method", default="minmax", help="glowpy.quantize calibration method")
+    ap.add_argument("--weight-range", default="max", help="glowpy.quantize weight range ('max' or 'mse')")
+    ap.add_argument("--residual", choices=("int8", "float"), default="int8",
+                    help="glowpy.quantize: quantize residual Adds (QLinearAdd) or keep them float")
     args = ap.parse_args()
     import llvmlite.binding as llvm
 
     print(f"host cpu {llvm.get_host_cpu_name()}, onnxruntime {ort.__version__}")
     for name in args.models:
         if args.top1:
-            top1(name, args.top1, args.top1_calibration, args.method)
+            top1(name, args.top1, args.top1_calibration, args.method, args.weight_range, args.residual == "int8")
         else:
             bench(name, args.calibration, args.runs)
 

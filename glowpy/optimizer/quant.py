@@ -61,12 +61,12 @@ def _int_bias(v: Value | None, scale: np.ndarray, channels: int) -> np.ndarray |
 
 
 def _quantize_of(graph: Graph, v: Value) -> tuple[Node, bool] | None:
-    """The per-tensor 8-bit QuantizeLinear that alone consumes `v`, possibly through a Relu (then
-    True); None otherwise."""
+    """The per-tensor 8-bit QuantizeLinear that alone consumes `v`, possibly through a Relu or a
+    Clip(0, hi) whose hi the quantization saturates at anyway (then True); None otherwise."""
     user = sole_user(graph, v)
-    relu = user is not None and user.op == "Relu"
-    if relu:
-        user = sole_user(graph, user.outputs[0])
+    act = user if user is not None and user.op in ("Relu", "Clip") else None
+    if act is not None:
+        user = sole_user(graph, act.outputs[0])
     if user is None or user.op != "QuantizeLinear" or user.inputs[0].dtype != F32:
         return None
     s, z = user.inputs[1], user.inputs[2]
@@ -74,7 +74,17 @@ def _quantize_of(graph: Graph, v: Value) -> tuple[Node, bool] | None:
         return None
     if z.dtype not in MATMUL_INT_TYPES or user.attrs["precision"] is not None:
         return None
-    return user, relu
+    if act is not None and act.op == "Clip" and not _clip_is_relu(act, user):
+        return None
+    return user, act is not None
+
+
+def _clip_is_relu(clip: Node, q: Node) -> bool:
+    """Whether QuantizeLinear(Clip(x, 0, hi)) == QuantizeLinear(Relu(x)): hi quantizes to the type's
+    maximum (or beyond), so values above it saturate there either way (ReLU6 into a range up to 6)."""
+    lo, hi = clip.attrs["min"], clip.attrs["max"]
+    scale, zp = q.inputs[1].data.reshape(()), q.inputs[2].data.reshape(())
+    return lo == 0 and float(np.rint(np.float32(hi) / scale)) + float(zp) >= np.iinfo(zp.dtype).max
 
 
 def _param(graph: Graph, base: str, v: Value) -> Value:

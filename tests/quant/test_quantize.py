@@ -83,15 +83,20 @@ def qdq(request, model) -> onnx.ModelProto:
 
 def test_qdq_structure(qdq):
     ops = [n.op_type for n in qdq.graph.node]
-    # one Q/DQ pair per distinct activation input (x, r1, r2, f), one DQ per weight (w1, w2, w3, wg, wm)
-    assert ops.count("QuantizeLinear") == 4
-    assert ops.count("DequantizeLinear") == 4 + 5
+    # one Q/DQ pair per activation: the op inputs x, r1, r2, f, the outputs r3 (GlobalAveragePool's
+    # input), p (its output), g, m (the Add's operands; y, the graph output, stays float); one DQ per
+    # weight (w1, w2, w3, wg, wm) and per bias (b1, b2, b3, bg)
+    assert ops.count("QuantizeLinear") == 8
+    assert ops.count("DequantizeLinear") == 8 + 5 + 4
+    quantized = {n.input[0] for n in qdq.graph.node if n.op_type == "QuantizeLinear"}
+    assert quantized == {"x", "r1", "r2", "r3", "p", "f", "g", "m"}
     for node in qdq.graph.node:
-        if node.op_type in ("Conv", "Gemm", "MatMul"):
-            assert all(x.endswith("_dequantized") for x in node.input[:2]), node
+        if node.op_type in ("Conv", "Gemm", "MatMul", "Add", "GlobalAveragePool"):
+            assert all(x.endswith("_dequantized") for x in node.input), node
     inits = {t.name: t for t in qdq.graph.initializer}
-    assert not {"w1", "w2", "w3", "wg", "wm"} & set(inits), "float weights left in the model"
+    assert not {"w1", "w2", "w3", "wg", "wm", "b1", "b2", "b3", "bg"} & set(inits), "float weights left in the model"
     assert inits["w1_quantized"].data_type == TensorProto.INT8
+    assert inits["b1_quantized"].data_type == TensorProto.INT32
     assert inits["x_zero_point"].data_type == TensorProto.UINT8
 
 
@@ -176,12 +181,13 @@ def test_per_tensor_weights_option(model):
 
 
 def test_profile_records_the_activation_ranges(model):
-    """minmax ranges are the extremes onnxruntime computes for the same tensors on the same inputs."""
+    """minmax ranges are the extremes onnxruntime computes for the same tensors on the same inputs. The
+    Flatten output f takes the range of its input p, so it is not profiled."""
     ranges = profile(model, CALIBRATION)
-    assert set(ranges) == {"x", "r1", "r2", "f"}
+    assert set(ranges) == {"x", "r1", "r2", "r3", "p", "g", "m"}
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
-    probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in ("r1", "r2", "f"))
+    probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in sorted(set(ranges) - {"x"}))
     run = session(probe)
     seen = {n: [] for n in ranges}
     for x in CALIBRATION["x"]:
@@ -234,8 +240,9 @@ def test_activation_params_include_zero():
 
 def test_int8_activations(model):
     qdq = quantize(model, CALIBRATION, activations="int8")
-    zps = [numpy_helper.to_array(t) for t in qdq.graph.initializer if t.name.endswith("_zero_point")]
-    assert all(z.dtype == np.int8 for z in zps)
+    act_zps = {n.input[2] for n in qdq.graph.node if n.op_type == "QuantizeLinear"}
+    zps = [numpy_helper.to_array(t) for t in qdq.graph.initializer if t.name in act_zps]
+    assert len(zps) == 8 and all(z.dtype == np.int8 for z in zps)
     x = HELD_OUT[0]
     want, got = session(model).run(None, {"x": x})[0], session(qdq).run(None, {"x": x})[0]
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 0.05
@@ -275,7 +282,7 @@ def test_cli_quantize(files, capsys):
     out = tmp / "net.int8.onnx"
     assert main(["quantize", str(path), "--calibrate", str(cal), "-o", str(out), "--method", "percentile"]) == 0
     text = capsys.readouterr().out
-    assert "4 activations" in text and "5 weights" in text and str(out) in text
+    assert "8 activations" in text and "5 weights" in text and "4 biases" in text and str(out) in text
     qdq = onnx.load(str(out))
     session(qdq).run(None, {"x": HELD_OUT[0]})
 
