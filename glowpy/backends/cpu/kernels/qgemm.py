@@ -501,24 +501,13 @@ def emit_qdepthwise(module: ir.Module, name: str, *, spec: QProduct, x_shape, w:
     xp = b.inttoptr(b.and_(b.add(raw, U.i64(63)), U.i64(~63)), PTR, name="xp")
     lo, hi = U.thread_range(b, N * C, args["tid"], args["nthreads"], "plane")
     memset = U.declare(module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, I64, ir.IntType(1)])
-    ext = b.zext if spec.x_unsigned else b.sext
+    # Every plane writes the same cells (input rows, whole chunks), so the padding stays zero from one
+    # memset per call.
+    b.call(memset, [xp, ir.Constant(I8, 0), U.i64(plane * 4), ir.Constant(ir.IntType(1), 0)])
     with U.for_range(b, lo, hi, "pl") as pi:
         ch = b.urem(pi, U.i64(C), name="ch")
-        b.call(memset, [xp, ir.Constant(I8, 0), U.i64(plane * 4), ir.Constant(ir.IntType(1), 0)])
-        xb = b.mul(pi, U.i64(H * W))
-        with U.for_range(b, 0, H, "ih") as ih:
-            src_row = b.add(xb, b.mul(ih, U.i64(W)))
-            dst_row = b.mul(b.add(ih, U.i64(pt)), U.i64(Wq))
-            for ph in range(sw):  # padded column c = ph + sw * q holds input column c - pl
-                q0 = max(0, -(-(pl - ph) // sw))
-                q1 = (W - 1 + pl - ph) // sw  # last q inside the input
-                if q1 < q0:
-                    continue
-                with U.for_range(b, q0, q1 + 1, f"q{ph}") as q:
-                    iw = b.add(b.mul(q, U.i64(sw)), U.i64(ph - pl))
-                    v = ext(b.load(b.gep(args["x"], [b.add(src_row, iw)], source_etype=I8), typ=I8), I32)
-                    at = b.add(U.i64(ph * Hp * Wq), b.add(dst_row, q))
-                    b.store(b.sub(v, ir.Constant(I32, xz)), b.gep(xp, [at], source_etype=I32))
+        _dw_rows(g, args["x"], xp, b.mul(pi, U.i64(H * W)), H=H, W=W, pt=pt, pl=pl, sw=sw, Hp=Hp, Wq=Wq, xz=xz,
+                 unsigned=spec.x_unsigned)
         wrow = b.gep(args["wc"], [b.mul(ch, U.i64(KH * KW))], source_etype=I32)
         taps = [g.splat32(b.load(b.gep(wrow, [U.i64(t)], source_etype=I32), typ=I32)) for t in range(KH * KW)]
         bias_v = g.splat32(b.load(b.gep(args["bias"], [ch], source_etype=I32), typ=I32))
@@ -539,6 +528,54 @@ def emit_qdepthwise(module: ir.Module, name: str, *, spec: QProduct, x_shape, w:
                 _store_out(g, spec, args["out"], orow, ow0, 0, b.sub(U.i64(OW), ow0), acc, m, yz, ft)
     b.ret_void()
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=plane * 4 + 128)
+
+
+def _dw_rows(g: _Gen, x, xp, xbase, *, H: int, W: int, pt: int, pl: int, sw: int, Hp: int, Wq: int, xz: int,
+             unsigned: bool) -> None:
+    """The H input rows of one plane into emit_qdepthwise's layout, as int32 x - xz: per chunk j of
+    sw * VW padded columns, one byte load (masked at the edges, xz outside the input) split into its
+    sw column phases, each VW cells at [phase][pt + row][j * VW]."""
+    b, vw = g.b, g.vw
+    span = sw * vw
+    row_t = ir.VectorType(I8, span)
+    mask_t = ir.VectorType(ir.IntType(1), span)
+    load = U.declare(g.m, f"llvm.masked.load.v{span}i8.p0", row_t, [PTR, I32, mask_t, row_t])
+    fill = ir.Constant(row_t, [xz & 0xFF] * span)
+    iota = ir.Constant(ir.VectorType(I64, span), list(range(span)))
+    xzv = ir.Constant(g.i32v, [xz] * vw)
+    chunks = -(-(pl + W) // span)  # chunks holding input columns
+    whole0 = -(-pl // span)  # chunks wholly inside the input: [whole0, whole1)
+    whole1 = (pl + W) // span
+    with U.for_range(b, 0, H, "ih") as ih:
+        src_row = b.add(xbase, b.mul(ih, U.i64(W)))
+        dst_row = b.mul(b.add(ih, U.i64(pt)), U.i64(Wq))
+        with U.for_range(b, 0, chunks, "dj") as j:
+            c0 = b.sub(b.mul(j, U.i64(span)), U.i64(pl))  # input column of lane 0
+            src = b.gep(x, [b.add(src_row, c0)], source_etype=I8)
+            slot = U.entry_alloca(b, row_t, "dwrow")
+            inside = b.and_(b.icmp_signed(">=", j, U.i64(whole0)), b.icmp_signed("<", j, U.i64(whole1)))
+            with b.if_else(inside) as (whole, edge):
+                with whole:
+                    b.store(b.load(src, typ=row_t, align=1), slot)
+                with edge:
+                    col = b.add(_splat_n(b, c0, span), iota)
+                    ok = b.and_(b.icmp_signed(">=", col, ir.Constant(col.type, [0] * span)),
+                                b.icmp_signed("<", col, ir.Constant(col.type, [W] * span)))
+                    b.store(b.call(load, [src, U.i32(1), ok, fill]), slot)
+            r = b.load(slot, typ=row_t)
+            for ph in range(sw):
+                part = r if sw == 1 else b.shuffle_vector(
+                    r, ir.Constant(row_t, ir.Undefined), ir.Constant(g.i32v, [ph + sw * i for i in range(vw)]))
+                wide = (b.zext if unsigned else b.sext)(part, g.i32v)
+                at = b.add(U.i64(ph * Hp * Wq), b.add(dst_row, b.mul(j, U.i64(vw))))
+                b.store(b.sub(wide, xzv), b.gep(xp, [at], source_etype=I32), align=4)
+
+
+def _splat_n(b: ir.IRBuilder, s, n: int):
+    """An n-lane vector of the scalar s."""
+    vt = ir.VectorType(s.type, n)
+    one = b.insert_element(ir.Constant(vt, ir.Undefined), s, U.i32(0))
+    return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(I32, n), [0] * n))
 
 
 def emit_qpad(module: ir.Module, name: str, *, planes: int, H: int, W: int, pads: tuple[int, int],
