@@ -80,9 +80,10 @@ def _vnni(vw: int) -> bool:
 
 
 def choose_tile(rows: int, cols: int, vw: int) -> tuple[int, int]:
-    """(MR, NV): the register block with the least padded work (rows to MR, columns to NV vectors),
-    weighted by its load overhead per multiply (1/MR + 1/NV). VNNI keeps MR * NV accumulators (of 32
-    registers), pmaddwd twice that (two halves per vector)."""
+    """(MR, NV): the register block with the least padded work (rows to MR, columns to whole vectors:
+    the last panel has only the vectors its columns need), weighted by its load overhead per multiply
+    (1/MR + 1/NV). VNNI keeps MR * NV accumulators (of 32 registers), pmaddwd twice that (two halves
+    per vector)."""
     if _vnni(vw):
         cands = ((8, 3), (6, 4), (4, 6))
     elif vw == 16:
@@ -92,7 +93,7 @@ def choose_tile(rows: int, cols: int, vw: int) -> tuple[int, int]:
 
     def cost(c: tuple[int, int]) -> float:
         mr, nv = min(c[0], rows), c[1]
-        padded = -(-rows // mr) * mr * -(-cols // (nv * vw)) * nv * vw
+        padded = -(-rows // mr) * mr * -(-cols // vw) * vw
         return padded * (1 + 0.5 * (1 / mr + 1 / nv))
 
     mr, nv = min(cands, key=cost)
@@ -181,42 +182,55 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
         obase = b.add(b.mul(img, U.i64(spec.out_unit[0])), b.mul(grp, U.i64(spec.out_unit[1])), name="obase")
         p0 = b.mul(pn, U.i64(nr), name="p0")
         ncols = b.sub(U.i64(P), p0, name="ncols")  # valid columns from p0 (may exceed nr)
-        if spec.dense:
-            _pack_dense(g, spec, args["x"], args["ktab"], panel, xbase, p0, nv, kg)
-        else:
-            _pack_panel(b, spec, args, panel, xbase, p0, nr, kg, xz_u)
-        if need_colsum:
-            sums = _kloop(g, panel, None, kg, nr, 1, nv, "cs", ones_w=True)
-            for v in range(nv):
-                b.store(g.finish(sums[0][v]), b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), align=4)
 
-        def block(rbi, rows: int) -> None:
-            wrow = b.add(b.mul(grp, U.i64(rb)), rbi, name="wrow")  # row block index in [G][RB]
-            wptr = b.gep(args["wpack"], [b.mul(wrow, U.i64(kg * mr * 4))], source_etype=I8, name="wblk")
-            acc = _kloop(g, panel, wptr, kg, nr, rows, nv, "mk", mr=mr)
-            r0 = b.add(b.mul(grp, U.i64(rb * mr)), b.mul(rbi, U.i64(mr)), name="r0")  # into rowc / mult
-            rloc = b.mul(rbi, U.i64(mr), name="rloc")
-            for r in range(rows):
-                ri = b.add(r0, U.i64(r))
-                c = g.splat32(b.load(b.gep(args["rowc"], [ri], source_etype=I32), typ=I32))
-                zpr = g.splat32(b.load(b.gep(args["rowzp"], [ri], source_etype=I32), typ=I32)) if need_colsum else None
-                m = None
-                if quant:
-                    m = g.splat(b.load(b.gep(args["mult"], [ri], source_etype=ft), typ=ft), ft)
-                orow = b.add(obase, b.mul(b.add(rloc, U.i64(r)), U.i64(spec.out_rs)), name="orow")
+        def panel_body(nv: int) -> None:
+            if spec.dense:
+                _pack_dense(g, spec, args["x"], args["ktab"], panel, xbase, p0, nv, kg)
+            else:
+                _pack_panel(b, spec, args, panel, xbase, p0, nv * vw, kg, xz_u)
+            if need_colsum:
+                sums = _kloop(g, panel, None, kg, nv * vw, 1, nv, "cs", ones_w=True)
                 for v in range(nv):
-                    t = b.add(g.finish(acc[r][v]), c)
-                    if need_colsum:
-                        cs = b.load(b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), typ=g.i32v, align=4)
-                        t = b.sub(t, b.mul(zpr, cs))
-                    _store_out(g, spec, args["out"], orow, p0, v, ncols, t, m, yz, ft)
+                    b.store(g.finish(sums[0][v]), b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), align=4)
 
-        rloop = U.for_range(b, 0, rfull, "rb") if rfull else None
-        if rloop is not None:
-            with rloop as rbi:
-                block(rbi, mr)
-        if R % mr:
-            block(U.i64(rfull), R % mr)
+            def block(rbi, rows: int) -> None:
+                wrow = b.add(b.mul(grp, U.i64(rb)), rbi, name="wrow")  # row block index in [G][RB]
+                wptr = b.gep(args["wpack"], [b.mul(wrow, U.i64(kg * mr * 4))], source_etype=I8, name="wblk")
+                acc = _kloop(g, panel, wptr, kg, nv * vw, rows, nv, "mk", mr=mr)
+                r0 = b.add(b.mul(grp, U.i64(rb * mr)), b.mul(rbi, U.i64(mr)), name="r0")  # into rowc / mult
+                rloc = b.mul(rbi, U.i64(mr), name="rloc")
+                for r in range(rows):
+                    ri = b.add(r0, U.i64(r))
+                    c = g.splat32(b.load(b.gep(args["rowc"], [ri], source_etype=I32), typ=I32))
+                    zpr = g.splat32(b.load(b.gep(args["rowzp"], [ri], source_etype=I32), typ=I32)) if need_colsum else None
+                    m = None
+                    if quant:
+                        m = g.splat(b.load(b.gep(args["mult"], [ri], source_etype=ft), typ=ft), ft)
+                    orow = b.add(obase, b.mul(b.add(rloc, U.i64(r)), U.i64(spec.out_rs)), name="orow")
+                    for v in range(nv):
+                        t = b.add(g.finish(acc[r][v]), c)
+                        if need_colsum:
+                            cs = b.load(b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), typ=g.i32v, align=4)
+                            t = b.sub(t, b.mul(zpr, cs))
+                        _store_out(g, spec, args["out"], orow, p0, v, ncols, t, m, yz, ft)
+
+            rloop = U.for_range(b, 0, rfull, "rb") if rfull else None
+            if rloop is not None:
+                with rloop as rbi:
+                    block(rbi, mr)
+            if R % mr:
+                block(U.i64(rfull), R % mr)
+
+        # the last panel with as many vectors as its columns need (the rest of P, not a whole nr)
+        nv_last = -(-(P - (npanels - 1) * nr) // vw)
+        if nv_last < nv:
+            with b.if_else(b.icmp_unsigned("==", pn, U.i64(npanels - 1))) as (last, full):
+                with last:
+                    panel_body(nv_last)
+                with full:
+                    panel_body(nv)
+        else:
+            panel_body(nv)
     b.ret_void()
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch)
 
