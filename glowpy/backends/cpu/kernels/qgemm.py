@@ -100,6 +100,27 @@ def choose_tile(rows: int, cols: int, vw: int) -> tuple[int, int]:
     return max(1, min(mr, rows)), nv
 
 
+def transposed_tile(rows: int, cols: int, K: int, vw: int) -> tuple[int, int] | None:
+    """(MC, NV) when few columns fit the vectors badly (ResNet's 7x7 maps: 49 of 64 lanes; a matrix-vector
+    product: 1 of 16) and VNNI can swap the roles: weight rows in NV vectors, MC activation columns
+    broadcast, no column padding; results leave through a small tile in scratch (2 moves per element,
+    against K/64 dot-product steps). None: choose_tile's layout is cheaper."""
+    if not _vnni(vw) or cols > 4 * vw:
+        return None
+    mr, nv = choose_tile(rows, cols, vw)
+    normal = -(-rows // mr) * mr * -(-cols // vw) * vw * (1 + 0.5 * (1 / mr + 1 / nv))
+    best = None
+    for mc, nvr in ((7, 3), (8, 3), (6, 4)):  # MC * NV accumulators, NV weight vectors, one broadcast
+        mc = min(mc, cols)
+        rem = cols % mc  # a last block of fewer columns, at a further loop's cost
+        per_row = (cols - rem) * (1 + 0.5 * (1 / mc + 1 / nvr)) + (
+            rem * (1 + 0.5 * (1 / rem + 1 / nvr)) + 0.5 * mc if rem else 0)
+        cost = -(-rows // vw) * vw * per_row * (1 + 64 / max(K, 1))
+        if cost < normal and (best is None or cost < best[0]):
+            best = (cost, mc, nvr)
+    return None if best is None else best[1:]
+
+
 def pack_weights(w: np.ndarray, wz: np.ndarray, bias: np.ndarray | None, xz: int, units_g: int,
                  mr: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """w (G, R, K) int8 / uint8 -> ([G][R/MR][K/4][MR][4] int8, per-row constants c (G*Rp) int32,
@@ -136,9 +157,13 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
     """
     vw = vector_width
     vnni = _vnni(vw)
-    mr, nv = choose_tile(spec.R, spec.P, vw)
-    nr = nv * vw
     R, K, P = spec.R, spec.K, spec.P
+    tt = transposed_tile(R, P, K, vw)
+    if tt is None:
+        mr, nv = choose_tile(R, P, vw)
+        nr = nv * vw
+    else:  # mr: weight rows per block (nv vectors); the panel holds all P columns
+        mr, nr = tt[1] * vw, -(-P // vw) * vw
     kg = -(-K // 4)
     rb = -(-R // mr)
     rfull = R // mr
@@ -156,7 +181,8 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
     if spec.units * max(R, 1) * max(P, 1) * max(K, 1) >= 1 << 62 or kg * nr * 4 >= 1 << 31:
         raise UnsupportedShape("int8 product too large", found=(spec.units, R, K, P))
     panel_bytes = kg * nr * 4
-    scratch = panel_bytes + nr * 4 + 128
+    tile_bytes = 0 if tt is None else tt[0] * mr * 4
+    scratch = panel_bytes + nr * 4 + tile_bytes + 128
 
     params = [("out", PTR), ("x", PTR), ("scratch", PTR), ("wpack", PTR), ("rowc", PTR), ("rowzp", PTR),
               ("ktab", PTR), ("ptab", PTR)] + ([("mult", PTR)] if quant else []) + [("tid", I32), ("nthreads", I32)]
@@ -171,6 +197,12 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
     al = b.and_(b.add(raw, U.i64(63)), U.i64(~63))
     panel = b.inttoptr(al, PTR, name="panel")
     colsum = b.gep(panel, [U.i64(panel_bytes)], source_etype=I8, name="colsum")
+    if tt is not None:
+        _transposed_body(g, spec, args, panel, colsum, b.gep(colsum, [U.i64(nr * 4)], source_etype=I8),
+                         mc=tt[0], mr=mr, nr=nr, kg=kg, rb=rb, need_colsum=need_colsum, quant=quant, ft=ft, yz=yz,
+                         xz_u=xz_u)
+        b.ret_void()
+        return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch)
     lo, hi = U.thread_range(b, spec.units * npanels, args["tid"], args["nthreads"], "unit")
 
     with U.for_range(b, lo, hi, "u") as u:
@@ -235,6 +267,85 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch)
 
 
+def _transposed_body(g: _Gen, spec: QProduct, args: dict, panel, colsum, tile, *, mc: int, mr: int, nr: int,
+                     kg: int, rb: int, need_colsum: bool, quant: bool, ft, yz: int, xz_u: int) -> None:
+    """emit_qproduct with transposed_tile's roles: per (unit, block of mr weight rows), MC columns at a
+    time into acc[c][v] (rows on lanes), requantized into tile[c][row], then copied row by row to out."""
+    b, vw = g.b, g.vw
+    R, P = spec.R, spec.P
+    lo, hi = U.thread_range(b, spec.units * rb, args["tid"], args["nthreads"], "item")
+    with U.for_range(b, lo, hi, "it") as it:
+        unit = b.udiv(it, U.i64(rb), name="unit")
+        rbi = b.urem(it, U.i64(rb), name="rbi")
+        grp = b.urem(unit, U.i64(spec.groups), name="grp")
+        img = b.udiv(unit, U.i64(spec.groups), name="img")
+        xbase = b.add(b.mul(img, U.i64(spec.x_unit[0])), b.mul(grp, U.i64(spec.x_unit[1])), name="xbase")
+        obase = b.add(b.mul(img, U.i64(spec.out_unit[0])), b.mul(grp, U.i64(spec.out_unit[1])), name="obase")
+        # the panel of all P columns, once per unit (a thread's first item may start mid-unit)
+        with U.if_then(b, b.or_(b.icmp_unsigned("==", it, lo), b.icmp_unsigned("==", rbi, U.i64(0))), "tpack"):
+            if spec.dense:
+                _pack_dense(g, spec, args["x"], args["ktab"], panel, xbase, U.i64(0), nr // vw, kg)
+            else:
+                _pack_panel(b, spec, args, panel, xbase, U.i64(0), nr, kg, xz_u)
+            if need_colsum:
+                sums = _kloop(g, panel, None, kg, nr, 1, nr // vw, "cs", ones_w=True)
+                for v in range(nr // vw):
+                    b.store(g.finish(sums[0][v]), b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), align=4)
+        r0 = b.add(b.mul(grp, U.i64(rb * mr)), b.mul(rbi, U.i64(mr)), name="r0")  # into rowc / rowzp / mult
+        rloc = b.mul(rbi, U.i64(mr), name="rloc")
+        nrows = b.sub(U.i64(R), rloc)
+        nrows = b.select(b.icmp_signed("<", nrows, U.i64(mr)), nrows, U.i64(mr), name="nrows")
+        wptr = b.gep(args["wpack"], [b.mul(b.add(b.mul(grp, U.i64(rb)), rbi), U.i64(kg * mr * 4))], source_etype=I8)
+
+        def vec(name: str, t, v: int):
+            return b.load(b.gep(args[name], [b.add(r0, U.i64(v * vw))], source_etype=t), typ=ir.VectorType(t, vw),
+                          align=4)
+
+        def rblock(nv: int) -> None:
+            cv = [vec("rowc", I32, v) for v in range(nv)]
+            zv = [vec("rowzp", I32, v) for v in range(nv)] if need_colsum else None
+            mv = [vec("mult", ft, v) for v in range(nv)] if quant else [None] * nv
+
+            def cblock(c0, cols: int) -> None:
+                acc = _kloop(g, panel, wptr, kg, nr, cols, nv, "tk", mr=mr, col0=c0)
+                et = I32
+                for c in range(cols):
+                    cs = None
+                    if need_colsum:
+                        cs = g.splat32(b.load(b.gep(colsum, [b.mul(b.add(c0, U.i64(c)), U.i64(4))], source_etype=I8),
+                                              typ=I32, align=4))
+                    for v in range(nv):
+                        t = b.add(acc[c][v][0], cv[v])
+                        if cs is not None:
+                            t = b.sub(t, b.mul(zv[v], cs))
+                        val, et = _requant(g, spec, t, mv[v], yz, ft)
+                        b.store(val, b.gep(tile, [U.i64(c * mr + v * vw)], source_etype=et), align=1)
+                with U.for_range(b, 0, nrows, "trow") as r:
+                    orow = b.add(obase, b.mul(b.add(rloc, r), U.i64(spec.out_rs)))
+                    for c in range(cols):
+                        e = b.load(b.gep(tile, [b.add(r, U.i64(c * mr))], source_etype=et), typ=et)
+                        at = b.add(orow, b.mul(b.add(c0, U.i64(c)), U.i64(spec.out_ps)))
+                        b.store(e, b.gep(args["out"], [at], source_etype=et))
+
+            full = P // mc
+            if full:
+                with U.for_range(b, 0, full, "cb") as cb:
+                    cblock(b.mul(cb, U.i64(mc)), mc)
+            if P % mc:
+                cblock(U.i64(full * mc), P % mc)
+
+        nv_full = mr // vw
+        nv_last = -(-(R - (rb - 1) * mr) // vw)  # the last row block: the vectors its rows need
+        if nv_last < nv_full:
+            with b.if_else(b.icmp_unsigned("==", rbi, U.i64(rb - 1))) as (last, full_blk):
+                with last:
+                    rblock(nv_last)
+                with full_blk:
+                    rblock(nv_full)
+        else:
+            rblock(nv_full)
+
+
 class _Gen:
     """Vector types and the dot-product step of one instruction set."""
 
@@ -294,9 +405,13 @@ class _Gen:
 
 
 def _kloop(g: _Gen, panel, wptr, kg: int, nr: int, rows: int, nv: int, name: str, *,
-           mr: int = 1, ones_w: bool = False) -> list[list[list]]:
-    """acc[r][v] over all k-groups: weights at wptr + (kgi * mr + r) * 4 (or all ones: column sums)."""
+           mr: int = 1, ones_w: bool = False, col0=None) -> list[list[list]]:
+    """acc[r][v] over all k-groups: weights at wptr + (kgi * mr + r) * 4 (or all ones: column sums).
+    With col0 (VNNI only) the roles swap: acc[c][v] sums panel column col0 + c (broadcast) against the
+    weight rows v * VW.. of the block (vectors at wptr + (kgi * mr + v * VW) * 4)."""
     b = g.b
+    if col0 is not None:
+        return _kloop_t(g, panel, wptr, kg, nr, rows, nv, name, mr, col0)
     pre = b.block
     head = b.append_basic_block(f"{name}.head")
     body = b.append_basic_block(f"{name}.body")
@@ -338,6 +453,36 @@ def _kloop(g: _Gen, panel, wptr, kg: int, nr: int, rows: int, nv: int, name: str
     b.branch(head)
     b.position_at_end(done)
     return states
+
+
+def _kloop_t(g: _Gen, panel, wptr, kg: int, nr: int, cols: int, nv: int, name: str, mr: int, col0):
+    b = g.b
+    pre = b.block
+    head, body, done = (b.append_basic_block(f"{name}.{t}") for t in ("head", "body", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    k = b.phi(I64, f"{name}.k")
+    k.add_incoming(U.i64(0), pre)
+    states = [[b.phi(g.i32v, f"{name}.acc") for _v in range(nv)] for _c in range(cols)]
+    for row in states:
+        for phi in row:
+            phi.add_incoming(g.zero, pre)
+    b.cbranch(b.icmp_signed("<", k, U.i64(kg)), body, done)
+    b.position_at_end(body)
+    wrow = b.gep(wptr, [b.mul(k, U.i64(mr * 4))], source_etype=I8)
+    ws = [b.load(b.gep(wrow, [U.i64(v * g.vw * 4)], source_etype=I8), typ=g.i32v, align=4) for v in range(nv)]
+    xrow = b.gep(panel, [b.mul(b.add(b.mul(k, U.i64(nr)), col0), U.i64(4))], source_etype=I8)
+    new = []
+    for c in range(cols):
+        xc = g.splat32(b.load(b.gep(xrow, [U.i64(c * 4)], source_etype=I8), typ=I32, align=4))
+        new.append([g.step([states[c][v]], xc, ws[v])[0] for v in range(nv)])
+    k.add_incoming(b.add(k, U.i64(1)), b.block)
+    for c in range(cols):
+        for v in range(nv):
+            states[c][v].add_incoming(new[c][v], b.block)
+    b.branch(head)
+    b.position_at_end(done)
+    return [[[st] for st in row] for row in states]
 
 
 def _pack_panel(b: ir.IRBuilder, spec: QProduct, args: dict, panel, xbase, p0, nr: int, kg: int,
@@ -429,25 +574,30 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
     del kg
 
 
+def _requant(g: _Gen, spec: QProduct, t, m, yz: int, ft) -> tuple[ir.Value, ir.Type]:
+    """One vector of int32 results as stored: as is, or requantized to 8 bits; and its element type."""
+    b, vw = g.b, g.vw
+    if spec.out_kind == "i32":
+        return t, I32
+    # clip(rint(y) + yz, lo, hi) == rint(clip(y, lo - yz, hi - yz)) + yz (rounding is monotonic and
+    # fixes integers): the clipped value converts in range, rounding half to even (lrint)
+    fv = ir.VectorType(ft, vw)
+    y = b.fmul(b.sitofp(t, fv), m)
+    lo, hi = (0, 255) if spec.out_kind == "u8" else (-128, 127)
+    if spec.relu:
+        lo = max(lo, yz)
+    flo, fhi = ir.Constant(fv, [float(lo - yz)] * vw), ir.Constant(fv, [float(hi - yz)] * vw)
+    y = b.select(b.fcmp_ordered("<", y, flo), flo, y)
+    y = b.select(b.fcmp_ordered(">", y, fhi), fhi, y)
+    lrint = U.declare(g.m, f"llvm.lrint.v{vw}i32.v{vw}{'f64' if ft == F64 else 'f32'}", g.i32v, [fv])
+    q = b.add(b.call(lrint, [y]), ir.Constant(g.i32v, [yz] * vw))
+    return b.trunc(q, ir.VectorType(I8, vw)), I8
+
+
 def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: int, ft) -> None:
     """Store one vector of results: int32 as is, or requantized to 8 bits."""
     b, vw = g.b, g.vw
-    if spec.out_kind == "i32":
-        val, et = t, I32
-    else:
-        # clip(rint(y) + yz, lo, hi) == rint(clip(y, lo - yz, hi - yz)) + yz (rounding is monotonic and
-        # fixes integers): the clipped value converts in range, rounding half to even (lrint)
-        fv = ir.VectorType(ft, vw)
-        y = b.fmul(b.sitofp(t, fv), m)
-        lo, hi = (0, 255) if spec.out_kind == "u8" else (-128, 127)
-        if spec.relu:
-            lo = max(lo, yz)
-        flo, fhi = ir.Constant(fv, [float(lo - yz)] * vw), ir.Constant(fv, [float(hi - yz)] * vw)
-        y = b.select(b.fcmp_ordered("<", y, flo), flo, y)
-        y = b.select(b.fcmp_ordered(">", y, fhi), fhi, y)
-        lrint = U.declare(g.m, f"llvm.lrint.v{vw}i32.v{vw}{'f64' if ft == F64 else 'f32'}", g.i32v, [fv])
-        q = b.add(b.call(lrint, [y]), ir.Constant(g.i32v, [yz] * vw))
-        val, et = b.trunc(q, ir.VectorType(I8, vw)), I8
+    val, et = _requant(g, spec, t, m, yz, ft)
     pv = b.add(p0, U.i64(v * vw))
     left = b.sub(ncols, U.i64(v * vw))
     mask = b.icmp_signed("<", ir.Constant(ir.VectorType(I64, vw), list(range(vw))),
