@@ -17,9 +17,10 @@ time as [R/MR][K/4][MR][4]. The micro-kernel keeps MR x NV int32 vectors and per
 Packing is vector code (four rows of VW bytes interleaved by shuffles) wherever row k of the im2col is
 a contiguous run x[ktab[k] + p]: a 1x1 stride-1 convolution as it is, any other convolution over its
 input padded with the zero point and split into the stride phases its taps read (emit_qpad), the
-product then running over OH x Wq columns of which the first OW per row are kept (emit_qcrop). The
-matrix products pack from offset tables (matmul_tables). Depthwise convolutions have their own
-kernel (emit_qdepthwise); operands known only at run time, plain loops (emit_q*_runtime).
+product's column p = (oh, ow) reading row oh of that plane, a vector's lanes from up to one load per
+output row they span (QProduct.rows). The matrix products pack from offset tables (matmul_tables).
+Depthwise convolutions have their own kernel (emit_qdepthwise); operands known only at run time,
+plain loops (emit_q*_runtime).
 
 The zero points fold into per-row constants at pack time: sum (x - xz)(w - wz) = sum x w + c[r]
 - wz[r] * colsum(x), c[r] = bias[r] - xz * sum_k w[r] + K * xz * wz[r]; colsum (one more pass of
@@ -73,6 +74,9 @@ class QProduct:
     float64: bool = False
     relu: bool = False
     dense: bool = False  # im2col row k is x[ktab[k] + p]: vector packing
+    # (OW, J, OH) with J > 0: x[ktab[k] + p + (p // OW) * J] instead, p < OH * OW (output rows of OW
+    # pixels over input rows of OW + J: a padded convolution's plane); reads past P stay in row OH - 1
+    rows: tuple[int, int, int] = (0, 0, 0)
 
 
 def _vnni(vw: int) -> bool:
@@ -536,19 +540,38 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
     for v in range(nv):
         left = b.sub(U.i64(P), b.add(p0, U.i64(v * vw)))
         masks.append(b.icmp_signed("<", iota, g.splat(left, I64)))
+    OW, J, OH = spec.rows
+    segs: list[list] = []  # per vector: (offset from xbase, lanes it serves) of each output row it spans
+    if J:
+        for v in range(nv):
+            pv = b.add(p0, U.i64(v * vw))
+            oh0 = b.udiv(pv, U.i64(OW))
+            segs.append([])
+            for sg in range(-(-(vw - 1) // OW) + 1):
+                ohs = b.add(oh0, U.i64(sg))
+                ohs = b.select(b.icmp_unsigned("<", ohs, U.i64(OH)), ohs, U.i64(OH - 1))
+                first = b.sub(b.mul(b.add(oh0, U.i64(sg)), U.i64(OW)), pv)  # lane where output row oh0 + sg starts
+                segs[v].append((b.add(pv, b.mul(ohs, U.i64(J))), b.icmp_signed(">=", iota, g.splat(first, I64))))
+
+    def row(v: int, kofs, whole: bool):
+        if J:  # plain loads: the padded plane has slack past its last row
+            r = None
+            for off, lanes in segs[v]:
+                seg = b.load(b.gep(x, [b.add(b.add(xbase, off), kofs)], source_etype=I8), typ=row_t, align=1)
+                r = seg if r is None else b.select(lanes, seg, r)
+            return r
+        src = b.gep(x, [b.add(b.add(b.add(xbase, p0), U.i64(v * vw)), kofs)], source_etype=I8)
+        return b.load(src, typ=row_t, align=1) if whole else b.call(load, [src, U.i32(1), masks[v], zero])
 
     def group(k0, rows: int, whole: bool) -> None:
         for v in range(nv):
-            col = b.add(b.add(xbase, p0), U.i64(v * vw))
             rs = []
             for t in range(4):
                 if t >= rows:
                     rs.append(zero)
                     continue
                 kofs = b.load(b.gep(ktab, [b.add(k0, U.i64(t))], source_etype=I32), typ=I32)
-                at = b.add(col, b.sext(kofs, I64))
-                src = b.gep(x, [at], source_etype=I8)
-                r = b.load(src, typ=row_t, align=1) if whole else b.call(load, [src, U.i32(1), masks[v], zero])
+                r = row(v, b.sext(kofs, I64), whole)
                 if not spec.x_unsigned:
                     r = b.xor(r, ir.Constant(row_t, [-128] * vw))
                 rs.append(r)
@@ -565,6 +588,9 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
         if K % 4:
             group(U.i64(full * 4), K % 4, whole)
 
+    if J:
+        pack(True)
+        return
     # panels wholly inside P load plainly (byte masked loads are scalar code without AVX-512)
     with b.if_else(b.icmp_signed("<=", b.add(p0, U.i64(nv * vw)), U.i64(P))) as (inside, edge):
         with inside:
@@ -782,22 +808,6 @@ def emit_qpad(module: ir.Module, name: str, *, planes: int, H: int, W: int, pads
                     with U.for_range(b, j0, j1 + 1, f"j{rh}{rw}") as j:
                         at = b.add(b.mul(j, U.i64(sw)), U.i64(rw - pl))
                         b.store(b.load(b.gep(srow, [at], source_etype=I8), typ=I8), b.gep(drow, [j], source_etype=I8))
-    b.ret_void()
-    return fn
-
-
-def emit_qcrop(module: ir.Module, name: str, *, rows: int, src_w: int, dst_w: int, itemsize: int) -> ir.Function:
-    """`void name(out, x, tid, nthreads)`: the first dst_w elements of each of `rows` rows of src_w."""
-    fn, b = U.new_function(module, name, [("out", PTR), ("x", PTR), ("tid", I32), ("nthreads", I32)],
-                           internal=False)
-    out, x, tid, nt = fn.args
-    x.add_attribute("noalias")
-    memcpy = U.declare(module, "llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)])
-    lo, hi = U.thread_range(b, rows, tid, nt, "row")
-    with U.for_range(b, lo, hi, "r") as r:
-        b.call(memcpy, [b.gep(out, [b.mul(r, U.i64(dst_w * itemsize))], source_etype=I8),
-                        b.gep(x, [b.mul(r, U.i64(src_w * itemsize))], source_etype=I8), U.i64(dst_w * itemsize),
-                        ir.Constant(ir.IntType(1), 0)])
     b.ret_void()
     return fn
 
@@ -1045,14 +1055,14 @@ def _lower_qconv_packed(low: Lowering, node: Node) -> None:
     src = x
     if not dense:
         # Over its zero-point-padded input split into stride phases, every tap of a convolution reads
-        # a contiguous run: the product is dense over OH x Wq columns (the first OW of each row are
-        # stored), tap (kh, kw) at phase (kh*dh % sh, kw*dw % sw), row oh + kh*dh // sh, column
-        # ow + kw*dw // sw. One spare row: the last taps of the junk columns read past the plane.
+        # a contiguous run per output row: tap (kh, kw) at phase (kh*dh % sh, kw*dw % sw), row
+        # oh + kh*dh // sh, column ow + kw*dw // sw (QProduct.rows). Spare rows: a vector's reads past
+        # its last row (up to a panel and a vector beyond the last tap's).
         sh, sw = strides
         OH, OW = o_shape[2:]
         KH, KW = w4.shape[2:]
-        Hq = max(OH + (KH - 1) * dil[0] // sh + 1, -(-(H + pads[0]) // sh))
         Wq = max(OW + (KW - 1) * dil[1] // sw, -(-(W + pads[1]) // sw))
+        Hq = max(OH + (KH - 1) * dil[0] // sh + 1, -(-(H + pads[0]) // sh)) + -(-128 // Wq)
         ci, kh, kw = (t.ravel() for t in np.meshgrid(np.arange(cg), np.arange(KH), np.arange(KW), indexing="ij"))
         rh, rw = kh * dil[0] % sh, kw * dil[1] % sw
         phases = tuple(sorted(set(zip(rh.tolist(), rw.tolist()))))
@@ -1062,22 +1072,12 @@ def _lower_qconv_packed(low: Lowering, node: Node) -> None:
         fn = emit_qpad(low.kmod(), low.fname([node]), planes=N * C, H=H, W=W, pads=(pads[0], pads[1]),
                        stride=(sh, sw), out_hw=(Hq, Wq), phases=phases, value=xz_i)
         low.add(Step(fn.name, fn, [low.val(src), low.val(x)], [src], [node], work=float(src.type.size)))
-        cols = OH * Wq
         f = np.array([phase_of[ph] for ph in zip(rh.tolist(), rw.tolist())], np.int64)
         kofs = ci * plane + f * Hq * Wq + (kh * dil[0] // sh) * Wq + kw * dil[1] // sw
         kt = np.stack([kofs, 0 * kofs, 0 * kofs])
         pt = np.zeros((3, 1), np.int64)
-        common.update(out_unit=(M * cols, R * cols), out_rs=cols)
-        spec = QProduct(units=N * G, R=R, K=K, P=cols, x_unit=(C * plane, cg * plane), H=1, W=1, dense=True,
-                        **common)
-        # the product over OH x Wq columns into a scratch value, then its first OW columns of each row
-        wide = Value(f"{out.name}.qwide", TensorType(out.dtype, (N, M, OH, Wq)), "node")
-        _step(low, node, spec, src, out=wide, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(),
-              bias=bias, xz=xz_i, k_tables=kt, p_tables=pt, mult=mult, yz=yz_i)
-        fn = emit_qcrop(low.kmod(), low.fname([node]), rows=N * M * OH, src_w=Wq, dst_w=OW,
-                        itemsize=out.dtype.itemsize)
-        low.add(Step(fn.name, fn, [low.val(out), low.val(wide)], [out], [node], work=float(out.type.size)))
-        return
+        spec = QProduct(units=N * G, R=R, K=K, P=P, x_unit=(C * plane, cg * plane), H=1, W=1, dense=True,
+                        rows=(OW, Wq - OW, OH), **common)
     _step(low, node, spec, src, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(), bias=bias,
           xz=xz_i, k_tables=kt, p_tables=pt, mult=mult, yz=yz_i)
 
