@@ -14,6 +14,10 @@ time as [R/MR][K/4][MR][4]. The micro-kernel keeps MR x NV int32 vectors and per
   u8 * s8 products fits int32; `pmaddubsw` would saturate int16). Each vector then keeps two int32
   halves holding pair sums, added once in the epilogue.
 
+With VNNI, few columns against many rows (transposed_tile: a 7x7 map's 49 columns, a matrix-vector
+product's 1) swap the roles: the weights, packed with MR = NV * VW, are the vectors (rows on lanes), the
+panel of all P columns the broadcast operand, and results leave through a small tile in scratch.
+
 Packing is vector code (four rows of VW bytes interleaved by shuffles) wherever row k of the im2col is
 a contiguous run x[ktab[k] + p]: a 1x1 stride-1 convolution as it is, any other convolution over its
 input padded with the zero point and split into the stride phases its taps read (emit_qpad), the
@@ -210,24 +214,12 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
     lo, hi = U.thread_range(b, spec.units * npanels, args["tid"], args["nthreads"], "unit")
 
     with U.for_range(b, lo, hi, "u") as u:
-        unit = b.udiv(u, U.i64(npanels), name="unit")
-        pn = b.urem(u, U.i64(npanels), name="pn")
-        grp = b.urem(unit, U.i64(spec.groups), name="grp")
-        img = b.udiv(unit, U.i64(spec.groups), name="img")
-        xbase = b.add(b.mul(img, U.i64(spec.x_unit[0])), b.mul(grp, U.i64(spec.x_unit[1])), name="xbase")
-        obase = b.add(b.mul(img, U.i64(spec.out_unit[0])), b.mul(grp, U.i64(spec.out_unit[1])), name="obase")
+        pn, grp, xbase, obase = _unit_of(b, spec, u, npanels)
         p0 = b.mul(pn, U.i64(nr), name="p0")
         ncols = b.sub(U.i64(P), p0, name="ncols")  # valid columns from p0 (may exceed nr)
 
         def panel_body(nv: int) -> None:
-            if spec.dense:
-                _pack_dense(g, spec, args["x"], args["ktab"], panel, xbase, p0, nv, kg)
-            else:
-                _pack_panel(b, spec, args, panel, xbase, p0, nv * vw, kg, xz_u)
-            if need_colsum:
-                sums = _kloop(g, panel, None, kg, nv * vw, 1, nv, "cs", ones_w=True)
-                for v in range(nv):
-                    b.store(g.finish(sums[0][v]), b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), align=4)
+            _pack(g, spec, args, panel, colsum, xbase, p0, nv, kg, xz_u, need_colsum)
 
             def block(rbi, rows: int) -> None:
                 wrow = b.add(b.mul(grp, U.i64(rb)), rbi, name="wrow")  # row block index in [G][RB]
@@ -258,17 +250,45 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
                 block(U.i64(rfull), R % mr)
 
         # the last panel with as many vectors as its columns need (the rest of P, not a whole nr)
-        nv_last = -(-(P - (npanels - 1) * nr) // vw)
-        if nv_last < nv:
-            with b.if_else(b.icmp_unsigned("==", pn, U.i64(npanels - 1))) as (last, full):
-                with last:
-                    panel_body(nv_last)
-                with full:
-                    panel_body(nv)
-        else:
-            panel_body(nv)
+        _last_narrower(b, pn, npanels, nv, -(-(P - (npanels - 1) * nr) // vw), panel_body)
     b.ret_void()
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch)
+
+
+def _last_narrower(b: ir.IRBuilder, index, count: int, nv: int, nv_last: int, emit) -> None:
+    """emit(nv) for blocks 0 .. count - 2 and emit(nv_last) for the last one (one body when equal)."""
+    if nv_last >= nv:
+        emit(nv)
+        return
+    with b.if_else(b.icmp_unsigned("==", index, U.i64(count - 1))) as (last, other):
+        with last:
+            emit(nv_last)
+        with other:
+            emit(nv)
+
+
+def _unit_of(b: ir.IRBuilder, spec: QProduct, item, per_unit: int):
+    """(index within the unit, group, x offset, out offset) of work item `item` of `per_unit` per unit."""
+    unit = b.udiv(item, U.i64(per_unit), name="unit")
+    grp = b.urem(unit, U.i64(spec.groups), name="grp")
+    img = b.udiv(unit, U.i64(spec.groups), name="img")
+    xbase = b.add(b.mul(img, U.i64(spec.x_unit[0])), b.mul(grp, U.i64(spec.x_unit[1])), name="xbase")
+    obase = b.add(b.mul(img, U.i64(spec.out_unit[0])), b.mul(grp, U.i64(spec.out_unit[1])), name="obase")
+    return b.urem(item, U.i64(per_unit)), grp, xbase, obase
+
+
+def _pack(g: _Gen, spec: QProduct, args: dict, panel, colsum, xbase, p0, nv: int, kg: int, xz_u: int,
+          need_colsum: bool) -> None:
+    """The panel of nv vectors of columns from p0, and its column sums when some wz is not 0."""
+    b, vw = g.b, g.vw
+    if spec.dense:
+        _pack_dense(g, spec, args["x"], args["ktab"], panel, xbase, p0, nv, kg)
+    else:
+        _pack_panel(b, spec, args, panel, xbase, p0, nv * vw, kg, xz_u)
+    if need_colsum:
+        sums = _kloop(g, panel, None, kg, nv * vw, 1, nv, "cs", ones_w=True)
+        for v in range(nv):
+            b.store(g.finish(sums[0][v]), b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), align=4)
 
 
 def _transposed_body(g: _Gen, spec: QProduct, args: dict, panel, colsum, tile, *, mc: int, mr: int, nr: int,
@@ -279,22 +299,10 @@ def _transposed_body(g: _Gen, spec: QProduct, args: dict, panel, colsum, tile, *
     R, P = spec.R, spec.P
     lo, hi = U.thread_range(b, spec.units * rb, args["tid"], args["nthreads"], "item")
     with U.for_range(b, lo, hi, "it") as it:
-        unit = b.udiv(it, U.i64(rb), name="unit")
-        rbi = b.urem(it, U.i64(rb), name="rbi")
-        grp = b.urem(unit, U.i64(spec.groups), name="grp")
-        img = b.udiv(unit, U.i64(spec.groups), name="img")
-        xbase = b.add(b.mul(img, U.i64(spec.x_unit[0])), b.mul(grp, U.i64(spec.x_unit[1])), name="xbase")
-        obase = b.add(b.mul(img, U.i64(spec.out_unit[0])), b.mul(grp, U.i64(spec.out_unit[1])), name="obase")
+        rbi, grp, xbase, obase = _unit_of(b, spec, it, rb)
         # the panel of all P columns, once per unit (a thread's first item may start mid-unit)
         with U.if_then(b, b.or_(b.icmp_unsigned("==", it, lo), b.icmp_unsigned("==", rbi, U.i64(0))), "tpack"):
-            if spec.dense:
-                _pack_dense(g, spec, args["x"], args["ktab"], panel, xbase, U.i64(0), nr // vw, kg)
-            else:
-                _pack_panel(b, spec, args, panel, xbase, U.i64(0), nr, kg, xz_u)
-            if need_colsum:
-                sums = _kloop(g, panel, None, kg, nr, 1, nr // vw, "cs", ones_w=True)
-                for v in range(nr // vw):
-                    b.store(g.finish(sums[0][v]), b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), align=4)
+            _pack(g, spec, args, panel, colsum, xbase, U.i64(0), nr // vw, kg, xz_u, need_colsum)
         r0 = b.add(b.mul(grp, U.i64(rb * mr)), b.mul(rbi, U.i64(mr)), name="r0")  # into rowc / rowzp / mult
         rloc = b.mul(rbi, U.i64(mr), name="rloc")
         nrows = b.sub(U.i64(R), rloc)
@@ -338,16 +346,8 @@ def _transposed_body(g: _Gen, spec: QProduct, args: dict, panel, colsum, tile, *
             if P % mc:
                 cblock(U.i64(full * mc), P % mc)
 
-        nv_full = mr // vw
-        nv_last = -(-(R - (rb - 1) * mr) // vw)  # the last row block: the vectors its rows need
-        if nv_last < nv_full:
-            with b.if_else(b.icmp_unsigned("==", rbi, U.i64(rb - 1))) as (last, full_blk):
-                with last:
-                    rblock(nv_last)
-                with full_blk:
-                    rblock(nv_full)
-        else:
-            rblock(nv_full)
+        # the last row block with the vectors its rows need
+        _last_narrower(b, rbi, rb, mr // vw, -(-(R - (rb - 1) * mr) // vw), rblock)
 
 
 class _Gen:
