@@ -96,6 +96,41 @@ def test_qlinear_conv_matches_interpreter(case: str, isa: str) -> None:
     _check(g, [_ints(rng, spec.get("xdt", U8), spec["x_shape"])], isa)
 
 
+# Few columns against many weight rows and a long reduction: on VNNI hosts the transposed layout
+# (qgemm.transposed_tile: rows on lanes, columns broadcast, results through the scratch tile); each
+# shape also runs as AVX2 code, in the usual layout.
+TRANSPOSED_CASES = {
+    "1x1_colsum": dict(x_shape=(1, 400, 3, 11), w_shape=(90, 400, 1, 1)),
+    "groups_int8_relu": dict(x_shape=(1, 800, 3, 11), w_shape=(180, 400, 1, 1), group=2, xdt=I8, ydt=I8, relu=True),
+    "3x3_pad_float64": dict(x_shape=(1, 48, 5, 7), w_shape=(30, 48, 3, 3), pads=(1, 1, 1, 1), float32=False),
+    "conv1d_integer": dict(x_shape=(2, 400, 17), w_shape=(30, 400, 1), integer=True, wdt=U8, per_channel=False),
+}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("case", sorted(TRANSPOSED_CASES))
+def test_few_columns_match_interpreter(case: str, isa: str) -> None:
+    from glowpy.backends.cpu.kernels.qgemm import transposed_tile
+    from glowpy.backends.cpu.target import host_target
+
+    rng = np.random.default_rng(zlib.crc32(case.encode()))
+    spec = TRANSPOSED_CASES[case]
+    g = _qconv_graph(rng, **spec)
+    target = host_target(isa)
+    w_shape = spec["w_shape"]
+    cols = int(np.prod(g.outputs[0].shape[2:]))  # the product's columns: output pixels
+    layout = transposed_tile(w_shape[0] // spec.get("group", 1), cols, int(np.prod(w_shape[1:])), target.vector_width)
+    assert (layout is not None) == (target.vector_width == 16 and target.has("avx512vnni"))
+    _check(g, [_ints(rng, spec.get("xdt", U8), spec["x_shape"])], isa)
+
+
+def test_few_columns_threads_split_row_blocks() -> None:
+    """Two threads over (unit, row block) items: a thread starting mid-unit packs its own panel."""
+    rng = np.random.default_rng(12)
+    g = _qconv_graph(rng, (3, 400, 3, 11), (300, 400, 1, 1))
+    _check(g, [_ints(rng, U8, (3, 400, 3, 11))], "host", threads=2)
+
+
 @pytest.mark.parametrize("isa", ISAS)
 def test_conv_integer_matches_interpreter(isa: str) -> None:
     rng = np.random.default_rng(5)
@@ -138,6 +173,9 @@ MATMUL_CASES = {
     "3d_int8": dict(a_shape=(2, 5, 12), K=12, N=9, adt=I8, bdt=U8, ydt=I8, per_column=False),
     "float64": dict(a_shape=(7, 10), K=10, N=18, float32=False),
     "vector_a": dict(a_shape=(31,), K=31, N=5),
+    "few_rows": dict(a_shape=(3, 200), K=200, N=50, bias=True, relu=True),
+    "few_rows_3d_int8": dict(a_shape=(2, 2, 300), K=300, N=21, adt=I8, bdt=U8, ydt=I8, float32=False),
+    "matrix_vector": dict(a_shape=(1, 640), K=640, N=300),
 }
 
 

@@ -14,12 +14,17 @@ time as [R/MR][K/4][MR][4]. The micro-kernel keeps MR x NV int32 vectors and per
   u8 * s8 products fits int32; `pmaddubsw` would saturate int16). Each vector then keeps two int32
   halves holding pair sums, added once in the epilogue.
 
+With VNNI, few columns against many rows (transposed_tile: a 7x7 map's 49 columns, a matrix-vector
+product's 1) swap the roles: the weights, packed with MR = NV * VW, are the vectors (rows on lanes), the
+panel of all P columns the broadcast operand, and results leave through a small tile in scratch.
+
 Packing is vector code (four rows of VW bytes interleaved by shuffles) wherever row k of the im2col is
 a contiguous run x[ktab[k] + p]: a 1x1 stride-1 convolution as it is, any other convolution over its
 input padded with the zero point and split into the stride phases its taps read (emit_qpad), the
-product then running over OH x Wq columns of which the first OW per row are kept (emit_qcrop). The
-matrix products pack from offset tables (matmul_tables). Depthwise convolutions have their own
-kernel (emit_qdepthwise); operands known only at run time, plain loops (emit_q*_runtime).
+product's column p = (oh, ow) reading row oh of that plane, a vector's lanes from up to one load per
+output row they span (QProduct.rows). The matrix products pack from offset tables (matmul_tables).
+Depthwise convolutions have their own kernel (emit_qdepthwise); operands known only at run time,
+plain loops (emit_q*_runtime).
 
 The zero points fold into per-row constants at pack time: sum (x - xz)(w - wz) = sum x w + c[r]
 - wz[r] * colsum(x), c[r] = bias[r] - xz * sum_k w[r] + K * xz * wz[r]; colsum (one more pass of
@@ -73,6 +78,9 @@ class QProduct:
     float64: bool = False
     relu: bool = False
     dense: bool = False  # im2col row k is x[ktab[k] + p]: vector packing
+    # (OW, J, OH) with J > 0: x[ktab[k] + p + (p // OW) * J] instead, p < OH * OW (output rows of OW
+    # pixels over input rows of OW + J: a padded convolution's plane); reads past P stay in row OH - 1
+    rows: tuple[int, int, int] = (0, 0, 0)
 
 
 def _vnni(vw: int) -> bool:
@@ -80,9 +88,10 @@ def _vnni(vw: int) -> bool:
 
 
 def choose_tile(rows: int, cols: int, vw: int) -> tuple[int, int]:
-    """(MR, NV): the register block with the least padded work (rows to MR, columns to NV vectors),
-    weighted by its load overhead per multiply (1/MR + 1/NV). VNNI keeps MR * NV accumulators (of 32
-    registers), pmaddwd twice that (two halves per vector)."""
+    """(MR, NV): the register block with the least padded work (rows to MR, columns to whole vectors:
+    the last panel has only the vectors its columns need), weighted by its load overhead per multiply
+    (1/MR + 1/NV). VNNI keeps MR * NV accumulators (of 32 registers), pmaddwd twice that (two halves
+    per vector)."""
     if _vnni(vw):
         cands = ((8, 3), (6, 4), (4, 6))
     elif vw == 16:
@@ -92,11 +101,32 @@ def choose_tile(rows: int, cols: int, vw: int) -> tuple[int, int]:
 
     def cost(c: tuple[int, int]) -> float:
         mr, nv = min(c[0], rows), c[1]
-        padded = -(-rows // mr) * mr * -(-cols // (nv * vw)) * nv * vw
+        padded = -(-rows // mr) * mr * -(-cols // vw) * vw
         return padded * (1 + 0.5 * (1 / mr + 1 / nv))
 
     mr, nv = min(cands, key=cost)
     return max(1, min(mr, rows)), nv
+
+
+def transposed_tile(rows: int, cols: int, K: int, vw: int) -> tuple[int, int] | None:
+    """(MC, NV) when few columns fit the vectors badly (ResNet's 7x7 maps: 49 of 64 lanes; a matrix-vector
+    product: 1 of 16) and VNNI can swap the roles: weight rows in NV vectors, MC activation columns
+    broadcast, no column padding; results leave through a small tile in scratch (2 moves per element,
+    against K/64 dot-product steps). None: choose_tile's layout is cheaper."""
+    if not _vnni(vw) or cols > 4 * vw:
+        return None
+    mr, nv = choose_tile(rows, cols, vw)
+    normal = -(-rows // mr) * mr * -(-cols // vw) * vw * (1 + 0.5 * (1 / mr + 1 / nv))
+    best = None
+    for mc, nvr in ((7, 3), (8, 3), (6, 4)):  # MC * NV accumulators, NV weight vectors, one broadcast
+        mc = min(mc, cols)
+        rem = cols % mc  # a last block of fewer columns, at a further loop's cost
+        per_row = (cols - rem) * (1 + 0.5 * (1 / mc + 1 / nvr)) + (
+            rem * (1 + 0.5 * (1 / rem + 1 / nvr)) + 0.5 * mc if rem else 0)
+        cost = -(-rows // vw) * vw * per_row * (1 + 64 / max(K, 1))
+        if cost < normal and (best is None or cost < best[0]):
+            best = (cost, mc, nvr)
+    return None if best is None else best[1:]
 
 
 def pack_weights(w: np.ndarray, wz: np.ndarray, bias: np.ndarray | None, xz: int, units_g: int,
@@ -135,9 +165,13 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
     """
     vw = vector_width
     vnni = _vnni(vw)
-    mr, nv = choose_tile(spec.R, spec.P, vw)
-    nr = nv * vw
     R, K, P = spec.R, spec.K, spec.P
+    tt = transposed_tile(R, P, K, vw)
+    if tt is None:
+        mr, nv = choose_tile(R, P, vw)
+        nr = nv * vw
+    else:  # mr: weight rows per block (nv vectors); the panel holds all P columns
+        mr, nr = tt[1] * vw, -(-P // vw) * vw
     kg = -(-K // 4)
     rb = -(-R // mr)
     rfull = R // mr
@@ -155,7 +189,8 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
     if spec.units * max(R, 1) * max(P, 1) * max(K, 1) >= 1 << 62 or kg * nr * 4 >= 1 << 31:
         raise UnsupportedShape("int8 product too large", found=(spec.units, R, K, P))
     panel_bytes = kg * nr * 4
-    scratch = panel_bytes + nr * 4 + 128
+    tile_bytes = 0 if tt is None else tt[0] * mr * 4
+    scratch = panel_bytes + nr * 4 + tile_bytes + 128
 
     params = [("out", PTR), ("x", PTR), ("scratch", PTR), ("wpack", PTR), ("rowc", PTR), ("rowzp", PTR),
               ("ktab", PTR), ("ptab", PTR)] + ([("mult", PTR)] if quant else []) + [("tid", I32), ("nthreads", I32)]
@@ -170,55 +205,149 @@ def emit_qproduct(module: ir.Module, name: str, *, spec: QProduct, w: np.ndarray
     al = b.and_(b.add(raw, U.i64(63)), U.i64(~63))
     panel = b.inttoptr(al, PTR, name="panel")
     colsum = b.gep(panel, [U.i64(panel_bytes)], source_etype=I8, name="colsum")
+    if tt is not None:
+        _transposed_body(g, spec, args, panel, colsum, b.gep(colsum, [U.i64(nr * 4)], source_etype=I8),
+                         mc=tt[0], mr=mr, nr=nr, kg=kg, rb=rb, need_colsum=need_colsum, quant=quant, ft=ft, yz=yz,
+                         xz_u=xz_u)
+        b.ret_void()
+        return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch)
     lo, hi = U.thread_range(b, spec.units * npanels, args["tid"], args["nthreads"], "unit")
 
     with U.for_range(b, lo, hi, "u") as u:
-        unit = b.udiv(u, U.i64(npanels), name="unit")
-        pn = b.urem(u, U.i64(npanels), name="pn")
-        grp = b.urem(unit, U.i64(spec.groups), name="grp")
-        img = b.udiv(unit, U.i64(spec.groups), name="img")
-        xbase = b.add(b.mul(img, U.i64(spec.x_unit[0])), b.mul(grp, U.i64(spec.x_unit[1])), name="xbase")
-        obase = b.add(b.mul(img, U.i64(spec.out_unit[0])), b.mul(grp, U.i64(spec.out_unit[1])), name="obase")
+        pn, grp, xbase, obase = _unit_of(b, spec, u, npanels)
         p0 = b.mul(pn, U.i64(nr), name="p0")
         ncols = b.sub(U.i64(P), p0, name="ncols")  # valid columns from p0 (may exceed nr)
-        if spec.dense:
-            _pack_dense(g, spec, args["x"], args["ktab"], panel, xbase, p0, nv, kg)
-        else:
-            _pack_panel(b, spec, args, panel, xbase, p0, nr, kg, xz_u)
-        if need_colsum:
-            sums = _kloop(g, panel, None, kg, nr, 1, nv, "cs", ones_w=True)
-            for v in range(nv):
-                b.store(g.finish(sums[0][v]), b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), align=4)
 
-        def block(rbi, rows: int) -> None:
-            wrow = b.add(b.mul(grp, U.i64(rb)), rbi, name="wrow")  # row block index in [G][RB]
-            wptr = b.gep(args["wpack"], [b.mul(wrow, U.i64(kg * mr * 4))], source_etype=I8, name="wblk")
-            acc = _kloop(g, panel, wptr, kg, nr, rows, nv, "mk", mr=mr)
-            r0 = b.add(b.mul(grp, U.i64(rb * mr)), b.mul(rbi, U.i64(mr)), name="r0")  # into rowc / mult
-            rloc = b.mul(rbi, U.i64(mr), name="rloc")
-            for r in range(rows):
-                ri = b.add(r0, U.i64(r))
-                c = g.splat32(b.load(b.gep(args["rowc"], [ri], source_etype=I32), typ=I32))
-                zpr = g.splat32(b.load(b.gep(args["rowzp"], [ri], source_etype=I32), typ=I32)) if need_colsum else None
-                m = None
-                if quant:
-                    m = g.splat(b.load(b.gep(args["mult"], [ri], source_etype=ft), typ=ft), ft)
-                orow = b.add(obase, b.mul(b.add(rloc, U.i64(r)), U.i64(spec.out_rs)), name="orow")
-                for v in range(nv):
-                    t = b.add(g.finish(acc[r][v]), c)
-                    if need_colsum:
-                        cs = b.load(b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), typ=g.i32v, align=4)
-                        t = b.sub(t, b.mul(zpr, cs))
-                    _store_out(g, spec, args["out"], orow, p0, v, ncols, t, m, yz, ft)
+        def panel_body(nv: int) -> None:
+            _pack(g, spec, args, panel, colsum, xbase, p0, nv, kg, xz_u, need_colsum)
 
-        rloop = U.for_range(b, 0, rfull, "rb") if rfull else None
-        if rloop is not None:
-            with rloop as rbi:
-                block(rbi, mr)
-        if R % mr:
-            block(U.i64(rfull), R % mr)
+            def block(rbi, rows: int) -> None:
+                wrow = b.add(b.mul(grp, U.i64(rb)), rbi, name="wrow")  # row block index in [G][RB]
+                wptr = b.gep(args["wpack"], [b.mul(wrow, U.i64(kg * mr * 4))], source_etype=I8, name="wblk")
+                acc = _kloop(g, panel, wptr, kg, nv * vw, rows, nv, "mk", mr=mr)
+                r0 = b.add(b.mul(grp, U.i64(rb * mr)), b.mul(rbi, U.i64(mr)), name="r0")  # into rowc / mult
+                rloc = b.mul(rbi, U.i64(mr), name="rloc")
+                for r in range(rows):
+                    ri = b.add(r0, U.i64(r))
+                    c = g.splat32(b.load(b.gep(args["rowc"], [ri], source_etype=I32), typ=I32))
+                    zpr = g.splat32(b.load(b.gep(args["rowzp"], [ri], source_etype=I32), typ=I32)) if need_colsum else None
+                    m = None
+                    if quant:
+                        m = g.splat(b.load(b.gep(args["mult"], [ri], source_etype=ft), typ=ft), ft)
+                    orow = b.add(obase, b.mul(b.add(rloc, U.i64(r)), U.i64(spec.out_rs)), name="orow")
+                    for v in range(nv):
+                        t = b.add(g.finish(acc[r][v]), c)
+                        if need_colsum:
+                            cs = b.load(b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), typ=g.i32v, align=4)
+                            t = b.sub(t, b.mul(zpr, cs))
+                        _store_out(g, spec, args["out"], orow, p0, v, ncols, t, m, yz, ft)
+
+            rloop = U.for_range(b, 0, rfull, "rb") if rfull else None
+            if rloop is not None:
+                with rloop as rbi:
+                    block(rbi, mr)
+            if R % mr:
+                block(U.i64(rfull), R % mr)
+
+        # the last panel with as many vectors as its columns need (the rest of P, not a whole nr)
+        _last_narrower(b, pn, npanels, nv, -(-(P - (npanels - 1) * nr) // vw), panel_body)
     b.ret_void()
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch)
+
+
+def _last_narrower(b: ir.IRBuilder, index, count: int, nv: int, nv_last: int, emit) -> None:
+    """emit(nv) for blocks 0 .. count - 2 and emit(nv_last) for the last one (one body when equal)."""
+    if nv_last >= nv:
+        emit(nv)
+        return
+    with b.if_else(b.icmp_unsigned("==", index, U.i64(count - 1))) as (last, other):
+        with last:
+            emit(nv_last)
+        with other:
+            emit(nv)
+
+
+def _unit_of(b: ir.IRBuilder, spec: QProduct, item, per_unit: int):
+    """(index within the unit, group, x offset, out offset) of work item `item` of `per_unit` per unit."""
+    unit = b.udiv(item, U.i64(per_unit), name="unit")
+    grp = b.urem(unit, U.i64(spec.groups), name="grp")
+    img = b.udiv(unit, U.i64(spec.groups), name="img")
+    xbase = b.add(b.mul(img, U.i64(spec.x_unit[0])), b.mul(grp, U.i64(spec.x_unit[1])), name="xbase")
+    obase = b.add(b.mul(img, U.i64(spec.out_unit[0])), b.mul(grp, U.i64(spec.out_unit[1])), name="obase")
+    return b.urem(item, U.i64(per_unit)), grp, xbase, obase
+
+
+def _pack(g: _Gen, spec: QProduct, args: dict, panel, colsum, xbase, p0, nv: int, kg: int, xz_u: int,
+          need_colsum: bool) -> None:
+    """The panel of nv vectors of columns from p0, and its column sums when some wz is not 0."""
+    b, vw = g.b, g.vw
+    if spec.dense:
+        _pack_dense(g, spec, args["x"], args["ktab"], panel, xbase, p0, nv, kg)
+    else:
+        _pack_panel(b, spec, args, panel, xbase, p0, nv * vw, kg, xz_u)
+    if need_colsum:
+        sums = _kloop(g, panel, None, kg, nv * vw, 1, nv, "cs", ones_w=True)
+        for v in range(nv):
+            b.store(g.finish(sums[0][v]), b.gep(colsum, [U.i64(v * vw * 4)], source_etype=I8), align=4)
+
+
+def _transposed_body(g: _Gen, spec: QProduct, args: dict, panel, colsum, tile, *, mc: int, mr: int, nr: int,
+                     kg: int, rb: int, need_colsum: bool, quant: bool, ft, yz: int, xz_u: int) -> None:
+    """emit_qproduct with transposed_tile's roles: per (unit, block of mr weight rows), MC columns at a
+    time into acc[c][v] (rows on lanes), requantized into tile[c][row], then copied row by row to out."""
+    b, vw = g.b, g.vw
+    R, P = spec.R, spec.P
+    lo, hi = U.thread_range(b, spec.units * rb, args["tid"], args["nthreads"], "item")
+    with U.for_range(b, lo, hi, "it") as it:
+        rbi, grp, xbase, obase = _unit_of(b, spec, it, rb)
+        # the panel of all P columns, once per unit (a thread's first item may start mid-unit)
+        with U.if_then(b, b.or_(b.icmp_unsigned("==", it, lo), b.icmp_unsigned("==", rbi, U.i64(0))), "tpack"):
+            _pack(g, spec, args, panel, colsum, xbase, U.i64(0), nr // vw, kg, xz_u, need_colsum)
+        r0 = b.add(b.mul(grp, U.i64(rb * mr)), b.mul(rbi, U.i64(mr)), name="r0")  # into rowc / rowzp / mult
+        rloc = b.mul(rbi, U.i64(mr), name="rloc")
+        nrows = b.sub(U.i64(R), rloc)
+        nrows = b.select(b.icmp_signed("<", nrows, U.i64(mr)), nrows, U.i64(mr), name="nrows")
+        wptr = b.gep(args["wpack"], [b.mul(b.add(b.mul(grp, U.i64(rb)), rbi), U.i64(kg * mr * 4))], source_etype=I8)
+
+        def vec(name: str, t, v: int):
+            return b.load(b.gep(args[name], [b.add(r0, U.i64(v * vw))], source_etype=t), typ=ir.VectorType(t, vw),
+                          align=4)
+
+        def rblock(nv: int) -> None:
+            cv = [vec("rowc", I32, v) for v in range(nv)]
+            zv = [vec("rowzp", I32, v) for v in range(nv)] if need_colsum else None
+            mv = [vec("mult", ft, v) for v in range(nv)] if quant else [None] * nv
+
+            def cblock(c0, cols: int) -> None:
+                acc = _kloop(g, panel, wptr, kg, nr, cols, nv, "tk", mr=mr, col0=c0)
+                et = I32
+                for c in range(cols):
+                    cs = None
+                    if need_colsum:
+                        cs = g.splat32(b.load(b.gep(colsum, [b.mul(b.add(c0, U.i64(c)), U.i64(4))], source_etype=I8),
+                                              typ=I32, align=4))
+                    for v in range(nv):
+                        t = b.add(acc[c][v][0], cv[v])
+                        if cs is not None:
+                            t = b.sub(t, b.mul(zv[v], cs))
+                        val, et = _requant(g, spec, t, mv[v], yz, ft)
+                        b.store(val, b.gep(tile, [U.i64(c * mr + v * vw)], source_etype=et), align=1)
+                with U.for_range(b, 0, nrows, "trow") as r:
+                    orow = b.add(obase, b.mul(b.add(rloc, r), U.i64(spec.out_rs)))
+                    for c in range(cols):
+                        e = b.load(b.gep(tile, [b.add(r, U.i64(c * mr))], source_etype=et), typ=et)
+                        at = b.add(orow, b.mul(b.add(c0, U.i64(c)), U.i64(spec.out_ps)))
+                        b.store(e, b.gep(args["out"], [at], source_etype=et))
+
+            full = P // mc
+            if full:
+                with U.for_range(b, 0, full, "cb") as cb:
+                    cblock(b.mul(cb, U.i64(mc)), mc)
+            if P % mc:
+                cblock(U.i64(full * mc), P % mc)
+
+        # the last row block with the vectors its rows need
+        _last_narrower(b, rbi, rb, mr // vw, -(-(R - (rb - 1) * mr) // vw), rblock)
 
 
 class _Gen:
@@ -280,9 +409,13 @@ class _Gen:
 
 
 def _kloop(g: _Gen, panel, wptr, kg: int, nr: int, rows: int, nv: int, name: str, *,
-           mr: int = 1, ones_w: bool = False) -> list[list[list]]:
-    """acc[r][v] over all k-groups: weights at wptr + (kgi * mr + r) * 4 (or all ones: column sums)."""
+           mr: int = 1, ones_w: bool = False, col0=None) -> list[list[list]]:
+    """acc[r][v] over all k-groups: weights at wptr + (kgi * mr + r) * 4 (or all ones: column sums).
+    With col0 (VNNI only) the roles swap: acc[c][v] sums panel column col0 + c (broadcast) against the
+    weight rows v * VW.. of the block (vectors at wptr + (kgi * mr + v * VW) * 4)."""
     b = g.b
+    if col0 is not None:
+        return _kloop_t(g, panel, wptr, kg, nr, rows, nv, name, mr, col0)
     pre = b.block
     head = b.append_basic_block(f"{name}.head")
     body = b.append_basic_block(f"{name}.body")
@@ -324,6 +457,36 @@ def _kloop(g: _Gen, panel, wptr, kg: int, nr: int, rows: int, nv: int, name: str
     b.branch(head)
     b.position_at_end(done)
     return states
+
+
+def _kloop_t(g: _Gen, panel, wptr, kg: int, nr: int, cols: int, nv: int, name: str, mr: int, col0):
+    b = g.b
+    pre = b.block
+    head, body, done = (b.append_basic_block(f"{name}.{t}") for t in ("head", "body", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    k = b.phi(I64, f"{name}.k")
+    k.add_incoming(U.i64(0), pre)
+    states = [[b.phi(g.i32v, f"{name}.acc") for _v in range(nv)] for _c in range(cols)]
+    for row in states:
+        for phi in row:
+            phi.add_incoming(g.zero, pre)
+    b.cbranch(b.icmp_signed("<", k, U.i64(kg)), body, done)
+    b.position_at_end(body)
+    wrow = b.gep(wptr, [b.mul(k, U.i64(mr * 4))], source_etype=I8)
+    ws = [b.load(b.gep(wrow, [U.i64(v * g.vw * 4)], source_etype=I8), typ=g.i32v, align=4) for v in range(nv)]
+    xrow = b.gep(panel, [b.mul(b.add(b.mul(k, U.i64(nr)), col0), U.i64(4))], source_etype=I8)
+    new = []
+    for c in range(cols):
+        xc = g.splat32(b.load(b.gep(xrow, [U.i64(c * 4)], source_etype=I8), typ=I32, align=4))
+        new.append([g.step([states[c][v]], xc, ws[v])[0] for v in range(nv)])
+    k.add_incoming(b.add(k, U.i64(1)), b.block)
+    for c in range(cols):
+        for v in range(nv):
+            states[c][v].add_incoming(new[c][v], b.block)
+    b.branch(head)
+    b.position_at_end(done)
+    return [[[st] for st in row] for row in states]
 
 
 def _pack_panel(b: ir.IRBuilder, spec: QProduct, args: dict, panel, xbase, p0, nr: int, kg: int,
@@ -377,19 +540,38 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
     for v in range(nv):
         left = b.sub(U.i64(P), b.add(p0, U.i64(v * vw)))
         masks.append(b.icmp_signed("<", iota, g.splat(left, I64)))
+    OW, J, OH = spec.rows
+    segs: list[list] = []  # per vector: (offset from xbase, lanes it serves) of each output row it spans
+    if J:
+        for v in range(nv):
+            pv = b.add(p0, U.i64(v * vw))
+            oh0 = b.udiv(pv, U.i64(OW))
+            segs.append([])
+            for sg in range(-(-(vw - 1) // OW) + 1):
+                ohs = b.add(oh0, U.i64(sg))
+                ohs = b.select(b.icmp_unsigned("<", ohs, U.i64(OH)), ohs, U.i64(OH - 1))
+                first = b.sub(b.mul(b.add(oh0, U.i64(sg)), U.i64(OW)), pv)  # lane where output row oh0 + sg starts
+                segs[v].append((b.add(pv, b.mul(ohs, U.i64(J))), b.icmp_signed(">=", iota, g.splat(first, I64))))
+
+    def row(v: int, kofs, whole: bool):
+        if J:  # plain loads: the padded plane has slack past its last row
+            r = None
+            for off, lanes in segs[v]:
+                seg = b.load(b.gep(x, [b.add(b.add(xbase, off), kofs)], source_etype=I8), typ=row_t, align=1)
+                r = seg if r is None else b.select(lanes, seg, r)
+            return r
+        src = b.gep(x, [b.add(b.add(b.add(xbase, p0), U.i64(v * vw)), kofs)], source_etype=I8)
+        return b.load(src, typ=row_t, align=1) if whole else b.call(load, [src, U.i32(1), masks[v], zero])
 
     def group(k0, rows: int, whole: bool) -> None:
         for v in range(nv):
-            col = b.add(b.add(xbase, p0), U.i64(v * vw))
             rs = []
             for t in range(4):
                 if t >= rows:
                     rs.append(zero)
                     continue
                 kofs = b.load(b.gep(ktab, [b.add(k0, U.i64(t))], source_etype=I32), typ=I32)
-                at = b.add(col, b.sext(kofs, I64))
-                src = b.gep(x, [at], source_etype=I8)
-                r = b.load(src, typ=row_t, align=1) if whole else b.call(load, [src, U.i32(1), masks[v], zero])
+                r = row(v, b.sext(kofs, I64), whole)
                 if not spec.x_unsigned:
                     r = b.xor(r, ir.Constant(row_t, [-128] * vw))
                 rs.append(r)
@@ -406,6 +588,9 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
         if K % 4:
             group(U.i64(full * 4), K % 4, whole)
 
+    if J:
+        pack(True)
+        return
     # panels wholly inside P load plainly (byte masked loads are scalar code without AVX-512)
     with b.if_else(b.icmp_signed("<=", b.add(p0, U.i64(nv * vw)), U.i64(P))) as (inside, edge):
         with inside:
@@ -415,25 +600,30 @@ def _pack_dense(g: _Gen, spec: QProduct, x, ktab, panel, xbase, p0, nv: int, kg:
     del kg
 
 
+def _requant(g: _Gen, spec: QProduct, t, m, yz: int, ft) -> tuple[ir.Value, ir.Type]:
+    """One vector of int32 results as stored: as is, or requantized to 8 bits; and its element type."""
+    b, vw = g.b, g.vw
+    if spec.out_kind == "i32":
+        return t, I32
+    # clip(rint(y) + yz, lo, hi) == rint(clip(y, lo - yz, hi - yz)) + yz (rounding is monotonic and
+    # fixes integers): the clipped value converts in range, rounding half to even (lrint)
+    fv = ir.VectorType(ft, vw)
+    y = b.fmul(b.sitofp(t, fv), m)
+    lo, hi = (0, 255) if spec.out_kind == "u8" else (-128, 127)
+    if spec.relu:
+        lo = max(lo, yz)
+    flo, fhi = ir.Constant(fv, [float(lo - yz)] * vw), ir.Constant(fv, [float(hi - yz)] * vw)
+    y = b.select(b.fcmp_ordered("<", y, flo), flo, y)
+    y = b.select(b.fcmp_ordered(">", y, fhi), fhi, y)
+    lrint = U.declare(g.m, f"llvm.lrint.v{vw}i32.v{vw}{'f64' if ft == F64 else 'f32'}", g.i32v, [fv])
+    q = b.add(b.call(lrint, [y]), ir.Constant(g.i32v, [yz] * vw))
+    return b.trunc(q, ir.VectorType(I8, vw)), I8
+
+
 def _store_out(g: _Gen, spec: QProduct, out, orow, p0, v: int, ncols, t, m, yz: int, ft) -> None:
     """Store one vector of results: int32 as is, or requantized to 8 bits."""
     b, vw = g.b, g.vw
-    if spec.out_kind == "i32":
-        val, et = t, I32
-    else:
-        # clip(rint(y) + yz, lo, hi) == rint(clip(y, lo - yz, hi - yz)) + yz (rounding is monotonic and
-        # fixes integers): the clipped value converts in range, rounding half to even (lrint)
-        fv = ir.VectorType(ft, vw)
-        y = b.fmul(b.sitofp(t, fv), m)
-        lo, hi = (0, 255) if spec.out_kind == "u8" else (-128, 127)
-        if spec.relu:
-            lo = max(lo, yz)
-        flo, fhi = ir.Constant(fv, [float(lo - yz)] * vw), ir.Constant(fv, [float(hi - yz)] * vw)
-        y = b.select(b.fcmp_ordered("<", y, flo), flo, y)
-        y = b.select(b.fcmp_ordered(">", y, fhi), fhi, y)
-        lrint = U.declare(g.m, f"llvm.lrint.v{vw}i32.v{vw}{'f64' if ft == F64 else 'f32'}", g.i32v, [fv])
-        q = b.add(b.call(lrint, [y]), ir.Constant(g.i32v, [yz] * vw))
-        val, et = b.trunc(q, ir.VectorType(I8, vw)), I8
+    val, et = _requant(g, spec, t, m, yz, ft)
     pv = b.add(p0, U.i64(v * vw))
     left = b.sub(ncols, U.i64(v * vw))
     mask = b.icmp_signed("<", ir.Constant(ir.VectorType(I64, vw), list(range(vw))),
@@ -501,24 +691,13 @@ def emit_qdepthwise(module: ir.Module, name: str, *, spec: QProduct, x_shape, w:
     xp = b.inttoptr(b.and_(b.add(raw, U.i64(63)), U.i64(~63)), PTR, name="xp")
     lo, hi = U.thread_range(b, N * C, args["tid"], args["nthreads"], "plane")
     memset = U.declare(module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, I64, ir.IntType(1)])
-    ext = b.zext if spec.x_unsigned else b.sext
+    # Every plane writes the same cells (input rows, whole chunks), so the padding stays zero from one
+    # memset per call.
+    b.call(memset, [xp, ir.Constant(I8, 0), U.i64(plane * 4), ir.Constant(ir.IntType(1), 0)])
     with U.for_range(b, lo, hi, "pl") as pi:
         ch = b.urem(pi, U.i64(C), name="ch")
-        b.call(memset, [xp, ir.Constant(I8, 0), U.i64(plane * 4), ir.Constant(ir.IntType(1), 0)])
-        xb = b.mul(pi, U.i64(H * W))
-        with U.for_range(b, 0, H, "ih") as ih:
-            src_row = b.add(xb, b.mul(ih, U.i64(W)))
-            dst_row = b.mul(b.add(ih, U.i64(pt)), U.i64(Wq))
-            for ph in range(sw):  # padded column c = ph + sw * q holds input column c - pl
-                q0 = max(0, -(-(pl - ph) // sw))
-                q1 = (W - 1 + pl - ph) // sw  # last q inside the input
-                if q1 < q0:
-                    continue
-                with U.for_range(b, q0, q1 + 1, f"q{ph}") as q:
-                    iw = b.add(b.mul(q, U.i64(sw)), U.i64(ph - pl))
-                    v = ext(b.load(b.gep(args["x"], [b.add(src_row, iw)], source_etype=I8), typ=I8), I32)
-                    at = b.add(U.i64(ph * Hp * Wq), b.add(dst_row, q))
-                    b.store(b.sub(v, ir.Constant(I32, xz)), b.gep(xp, [at], source_etype=I32))
+        _dw_rows(g, args["x"], xp, b.mul(pi, U.i64(H * W)), H=H, W=W, pt=pt, pl=pl, sw=sw, Hp=Hp, Wq=Wq, xz=xz,
+                 unsigned=spec.x_unsigned)
         wrow = b.gep(args["wc"], [b.mul(ch, U.i64(KH * KW))], source_etype=I32)
         taps = [g.splat32(b.load(b.gep(wrow, [U.i64(t)], source_etype=I32), typ=I32)) for t in range(KH * KW)]
         bias_v = g.splat32(b.load(b.gep(args["bias"], [ch], source_etype=I32), typ=I32))
@@ -539,6 +718,54 @@ def emit_qdepthwise(module: ir.Module, name: str, *, spec: QProduct, x_shape, w:
                 _store_out(g, spec, args["out"], orow, ow0, 0, b.sub(U.i64(OW), ow0), acc, m, yz, ft)
     b.ret_void()
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=plane * 4 + 128)
+
+
+def _dw_rows(g: _Gen, x, xp, xbase, *, H: int, W: int, pt: int, pl: int, sw: int, Hp: int, Wq: int, xz: int,
+             unsigned: bool) -> None:
+    """The H input rows of one plane into emit_qdepthwise's layout, as int32 x - xz: per chunk j of
+    sw * VW padded columns, one byte load (masked at the edges, xz outside the input) split into its
+    sw column phases, each VW cells at [phase][pt + row][j * VW]."""
+    b, vw = g.b, g.vw
+    span = sw * vw
+    row_t = ir.VectorType(I8, span)
+    mask_t = ir.VectorType(ir.IntType(1), span)
+    load = U.declare(g.m, f"llvm.masked.load.v{span}i8.p0", row_t, [PTR, I32, mask_t, row_t])
+    fill = ir.Constant(row_t, [xz & 0xFF] * span)
+    iota = ir.Constant(ir.VectorType(I64, span), list(range(span)))
+    xzv = ir.Constant(g.i32v, [xz] * vw)
+    chunks = -(-(pl + W) // span)  # chunks holding input columns
+    whole0 = -(-pl // span)  # chunks wholly inside the input: [whole0, whole1)
+    whole1 = (pl + W) // span
+    with U.for_range(b, 0, H, "ih") as ih:
+        src_row = b.add(xbase, b.mul(ih, U.i64(W)))
+        dst_row = b.mul(b.add(ih, U.i64(pt)), U.i64(Wq))
+        with U.for_range(b, 0, chunks, "dj") as j:
+            c0 = b.sub(b.mul(j, U.i64(span)), U.i64(pl))  # input column of lane 0
+            src = b.gep(x, [b.add(src_row, c0)], source_etype=I8)
+            slot = U.entry_alloca(b, row_t, "dwrow")
+            inside = b.and_(b.icmp_signed(">=", j, U.i64(whole0)), b.icmp_signed("<", j, U.i64(whole1)))
+            with b.if_else(inside) as (whole, edge):
+                with whole:
+                    b.store(b.load(src, typ=row_t, align=1), slot)
+                with edge:
+                    col = b.add(_splat_n(b, c0, span), iota)
+                    ok = b.and_(b.icmp_signed(">=", col, ir.Constant(col.type, [0] * span)),
+                                b.icmp_signed("<", col, ir.Constant(col.type, [W] * span)))
+                    b.store(b.call(load, [src, U.i32(1), ok, fill]), slot)
+            r = b.load(slot, typ=row_t)
+            for ph in range(sw):
+                part = r if sw == 1 else b.shuffle_vector(
+                    r, ir.Constant(row_t, ir.Undefined), ir.Constant(g.i32v, [ph + sw * i for i in range(vw)]))
+                wide = (b.zext if unsigned else b.sext)(part, g.i32v)
+                at = b.add(U.i64(ph * Hp * Wq), b.add(dst_row, b.mul(j, U.i64(vw))))
+                b.store(b.sub(wide, xzv), b.gep(xp, [at], source_etype=I32), align=4)
+
+
+def _splat_n(b: ir.IRBuilder, s, n: int):
+    """An n-lane vector of the scalar s."""
+    vt = ir.VectorType(s.type, n)
+    one = b.insert_element(ir.Constant(vt, ir.Undefined), s, U.i32(0))
+    return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(I32, n), [0] * n))
 
 
 def emit_qpad(module: ir.Module, name: str, *, planes: int, H: int, W: int, pads: tuple[int, int],
@@ -581,22 +808,6 @@ def emit_qpad(module: ir.Module, name: str, *, planes: int, H: int, W: int, pads
                     with U.for_range(b, j0, j1 + 1, f"j{rh}{rw}") as j:
                         at = b.add(b.mul(j, U.i64(sw)), U.i64(rw - pl))
                         b.store(b.load(b.gep(srow, [at], source_etype=I8), typ=I8), b.gep(drow, [j], source_etype=I8))
-    b.ret_void()
-    return fn
-
-
-def emit_qcrop(module: ir.Module, name: str, *, rows: int, src_w: int, dst_w: int, itemsize: int) -> ir.Function:
-    """`void name(out, x, tid, nthreads)`: the first dst_w elements of each of `rows` rows of src_w."""
-    fn, b = U.new_function(module, name, [("out", PTR), ("x", PTR), ("tid", I32), ("nthreads", I32)],
-                           internal=False)
-    out, x, tid, nt = fn.args
-    x.add_attribute("noalias")
-    memcpy = U.declare(module, "llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, I64, ir.IntType(1)])
-    lo, hi = U.thread_range(b, rows, tid, nt, "row")
-    with U.for_range(b, lo, hi, "r") as r:
-        b.call(memcpy, [b.gep(out, [b.mul(r, U.i64(dst_w * itemsize))], source_etype=I8),
-                        b.gep(x, [b.mul(r, U.i64(src_w * itemsize))], source_etype=I8), U.i64(dst_w * itemsize),
-                        ir.Constant(ir.IntType(1), 0)])
     b.ret_void()
     return fn
 
@@ -844,14 +1055,14 @@ def _lower_qconv_packed(low: Lowering, node: Node) -> None:
     src = x
     if not dense:
         # Over its zero-point-padded input split into stride phases, every tap of a convolution reads
-        # a contiguous run: the product is dense over OH x Wq columns (the first OW of each row are
-        # stored), tap (kh, kw) at phase (kh*dh % sh, kw*dw % sw), row oh + kh*dh // sh, column
-        # ow + kw*dw // sw. One spare row: the last taps of the junk columns read past the plane.
+        # a contiguous run per output row: tap (kh, kw) at phase (kh*dh % sh, kw*dw % sw), row
+        # oh + kh*dh // sh, column ow + kw*dw // sw (QProduct.rows). Spare rows: a vector's reads past
+        # its last row (up to a panel and a vector beyond the last tap's).
         sh, sw = strides
         OH, OW = o_shape[2:]
         KH, KW = w4.shape[2:]
-        Hq = max(OH + (KH - 1) * dil[0] // sh + 1, -(-(H + pads[0]) // sh))
         Wq = max(OW + (KW - 1) * dil[1] // sw, -(-(W + pads[1]) // sw))
+        Hq = max(OH + (KH - 1) * dil[0] // sh + 1, -(-(H + pads[0]) // sh)) + -(-128 // Wq)
         ci, kh, kw = (t.ravel() for t in np.meshgrid(np.arange(cg), np.arange(KH), np.arange(KW), indexing="ij"))
         rh, rw = kh * dil[0] % sh, kw * dil[1] % sw
         phases = tuple(sorted(set(zip(rh.tolist(), rw.tolist()))))
@@ -861,22 +1072,12 @@ def _lower_qconv_packed(low: Lowering, node: Node) -> None:
         fn = emit_qpad(low.kmod(), low.fname([node]), planes=N * C, H=H, W=W, pads=(pads[0], pads[1]),
                        stride=(sh, sw), out_hw=(Hq, Wq), phases=phases, value=xz_i)
         low.add(Step(fn.name, fn, [low.val(src), low.val(x)], [src], [node], work=float(src.type.size)))
-        cols = OH * Wq
         f = np.array([phase_of[ph] for ph in zip(rh.tolist(), rw.tolist())], np.int64)
         kofs = ci * plane + f * Hq * Wq + (kh * dil[0] // sh) * Wq + kw * dil[1] // sw
         kt = np.stack([kofs, 0 * kofs, 0 * kofs])
         pt = np.zeros((3, 1), np.int64)
-        common.update(out_unit=(M * cols, R * cols), out_rs=cols)
-        spec = QProduct(units=N * G, R=R, K=K, P=cols, x_unit=(C * plane, cg * plane), H=1, W=1, dense=True,
-                        **common)
-        # the product over OH x Wq columns into a scratch value, then its first OW columns of each row
-        wide = Value(f"{out.name}.qwide", TensorType(out.dtype, (N, M, OH, Wq)), "node")
-        _step(low, node, spec, src, out=wide, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(),
-              bias=bias, xz=xz_i, k_tables=kt, p_tables=pt, mult=mult, yz=yz_i)
-        fn = emit_qcrop(low.kmod(), low.fname([node]), rows=N * M * OH, src_w=Wq, dst_w=OW,
-                        itemsize=out.dtype.itemsize)
-        low.add(Step(fn.name, fn, [low.val(out), low.val(wide)], [out], [node], work=float(out.type.size)))
-        return
+        spec = QProduct(units=N * G, R=R, K=K, P=P, x_unit=(C * plane, cg * plane), H=1, W=1, dense=True,
+                        rows=(OW, Wq - OW, OH), **common)
     _step(low, node, spec, src, w=w4.reshape(G, R, K), wz=np.broadcast_to(wz.reshape(-1), (M,)).copy(), bias=bias,
           xz=xz_i, k_tables=kt, p_tables=pt, mult=mult, yz=yz_i)
 
