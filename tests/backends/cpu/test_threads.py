@@ -177,6 +177,9 @@ def test_independent_steps_follow_each_other_without_a_barrier() -> None:
         ex.close()
     got, ref = run_both(graph, feeds, threads=4)
     assert_close(got, ref, "fire module, 4 threads")
+    avx2 = [CpuBackend().compile(graph, threads=n, isa="avx2", cache=False).run(feeds) for n in (1, 3)]
+    for got, ref in zip(*avx2):
+        assert got.tobytes() == ref.tobytes(), "avx2: 3 threads differ from 1"
 
 
 def test_a_step_writing_over_the_previous_steps_scratch_waits_for_it() -> None:
