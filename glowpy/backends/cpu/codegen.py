@@ -16,8 +16,8 @@ kernels get (tid, nthreads), serial ones run on thread 0. A step waits at a barr
 overlaps that of a step since the last barrier (one writes what the other reads or writes: buffers,
 scratch) and a thread other than 0 runs either, so independent steps (SqueezeNet's two expand convs,
 BERT's Q, K and V projections) follow each other without one; a barrier ends the run when threads other
-than 0 ran a step since the last one. A thread that fails to start is simply not counted: work is split over the
-threads that did start.
+than 0 ran a step since the last one. A thread that fails to start is simply not counted: work is split
+over the threads that did start.
 
 Profile builds (profile=True only; otherwise no timing code is emitted): a block of i64 nanosecond
 stamps in the arena (`profile_layout`): the run's begin and end and the started thread count,

@@ -41,7 +41,8 @@ RELEASE = "glowpy_release"
 POOL_KEY = ("pool",)
 # barrier: pauses (~25 ns each on Zen 5, 20-40 ns on Zen 3-4) before sched_yield: ~50 us, longer than
 # the imbalance of most split steps and than the serial steps between them, so a waiting thread rarely
-# parks: a futex wake-up costs the waker a syscall and the sleeper 10-50 us (an idle vCPU's IPI)
+# parks (a futex wake-up costs the waker a syscall and the sleeper its wake-up latency, which on a VM
+# includes waking an idle vCPU)
 SPIN_BEFORE_YIELD = 2000
 YIELDS_BEFORE_PARK = 64  # barrier: sched_yields (~0.5 us each on an idle core) before the futex wait
 SPIN_BEFORE_PARK = 4000  # between runs: pauses (~0.1-0.2 ms) before the futex wait
