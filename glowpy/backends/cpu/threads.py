@@ -39,12 +39,11 @@ from glowpy.backends.cpu.target import HostTarget
 
 RELEASE = "glowpy_release"
 POOL_KEY = ("pool",)
-# barrier: pauses (~25 ns each on Zen 5, 20-40 ns on Zen 3-4) before sched_yield: ~50 us, longer than
-# the imbalance of most split steps and than the serial steps between them, so a waiting thread rarely
-# parks (a futex wake-up costs the waker a syscall and the sleeper its wake-up latency, which on a VM
-# includes waking an idle vCPU)
-SPIN_BEFORE_YIELD = 2000
-YIELDS_BEFORE_PARK = 64  # barrier: sched_yields (~0.5 us each on an idle core) before the futex wait
+# barrier: pauses (~25 ns each on Zen 5) before sched_yield. Short on purpose: spinning ~50 us (2000)
+# before 64 yields made MobileNet-v3-small at 2 threads 2.2x slower (median) on an oversubscribed
+# 2-core host, with the same best run (tools/bench_threads; the waiter holds a core its partner needs)
+SPIN_BEFORE_YIELD = 100
+YIELDS_BEFORE_PARK = 16  # barrier: sched_yields before the futex wait
 SPIN_BEFORE_PARK = 4000  # between runs: pauses (~0.1-0.2 ms) before the futex wait
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
