@@ -41,7 +41,7 @@ RELEASE = "glowpy_release"
 POOL_KEY = ("pool",)
 # barrier: pauses (~25 ns each on Zen 5) before sched_yield. Short on purpose: spinning ~50 us (2000)
 # before 64 yields made MobileNet-v3-small at 2 threads 2.2x slower (median) on an oversubscribed
-# 2-core host, with the same best run (tools/bench_threads; the waiter holds a core its partner needs)
+# 2-core host, with the same best run: the waiter holds a core its partner needs
 SPIN_BEFORE_YIELD = 100
 YIELDS_BEFORE_PARK = 16  # barrier: sched_yields before the futex wait
 SPIN_BEFORE_PARK = 4000  # between runs: pauses (~0.1-0.2 ms) before the futex wait
