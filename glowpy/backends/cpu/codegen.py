@@ -12,10 +12,12 @@ an operand that dies there.
 Threads: with N > 1 threads and at least one kernel worth splitting, the entry hands each run to a
 persistent pool of N-1 pthreads kept in the arena (threads.py: started by the first run, parked between
 runs, joined by `glowpy_release(arena)`), and every thread runs `glowpy.worker(shared, tid)`: parallel
-kernels get (tid, nthreads), serial ones run on thread 0, and a barrier separates a step from the
-previous one whenever threads could see each other's writes, and ends the run when threads other than
-0 wrote since the last one. A thread that fails to start is simply not counted: work is split over the
-threads that did start.
+kernels get (tid, nthreads), serial ones run on thread 0. A step waits at a barrier only when its memory
+overlaps that of a step since the last barrier (one writes what the other reads or writes: buffers,
+scratch) and a thread other than 0 runs either, so independent steps (SqueezeNet's two expand convs,
+BERT's Q, K and V projections) follow each other without one; a barrier ends the run when threads other
+than 0 ran a step since the last one. A thread that fails to start is simply not counted: work is split
+over the threads that did start.
 
 Profile builds (profile=True only; otherwise no timing code is emitted): a block of i64 nanosecond
 stamps in the arena (`profile_layout`): the run's begin and end and the started thread count,
@@ -302,6 +304,39 @@ def _emit_now(module: ir.Module) -> ir.Function:
     b.ret(b.add(b.mul(sec, U.i64(1_000_000_000)), nsec, name="ns"))
     return fn
 
+Region = tuple[str, int, int, int]  # (kind: arena | input | output, index, first byte, end byte)
+
+
+def step_regions(s: Step, k: int, binder: Binder, plan: Plan, scratch_key: dict[int, tuple],
+                 nthreads: int) -> tuple[list[Region], list[Region]]:
+    """The memory step k reads and writes (its scratch counts as written; weights are never written)."""
+    reads: list[Region] = []
+    writes: list[Region] = []
+    for a in s.args:
+        if a.kind == "output":
+            writes.append(("output", a.index, 0, 1))
+        elif a.kind == "scratch" and k in scratch_key:
+            at = plan.offsets[scratch_key[k]]
+            writes.append(("arena", 0, at, at + align_up(s.scratch) * (nthreads if s.parallel else 1)))
+    for v, into in [(a.value, writes if a.value in s.writes else reads) for a in s.args if a.kind == "value"] + (
+            [(s.guard[0], reads)] if s.guard else []):
+        st = binder.storage(v)
+        if st.kind == "arena":
+            into.append(("arena", 0, st.offset, st.offset + st.nbytes))
+        elif st.kind != "const":
+            into.append((st.kind, st.index, 0, 1))
+    return reads, writes
+
+
+def _overlap(xs: list[Region], ys: list[Region]) -> bool:
+    return any(x[:2] == y[:2] and x[2] < y[3] and y[2] < x[3] for x in xs for y in ys)
+
+
+def _conflict(reads: list[Region], writes: list[Region], p_reads: list[Region], p_writes: list[Region]) -> bool:
+    """Does a step (reads, writes) depend on, or overwrite what is used by, an earlier one?"""
+    return _overlap(reads, p_writes) or _overlap(writes, p_writes) or _overlap(writes, p_reads)
+
+
 @contextmanager
 def _guarded(b: ir.IRBuilder, s: Step, k: int, pointer: Callable[[Arg, int, Step], ir.Value]) -> Iterator[None]:
     """The step's call under its branch guard (the condition's byte), if it has one."""
@@ -388,13 +423,16 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
             b.store(b.call(now, []), b.gep(row, [U.i64(2 * k + end)], inbounds=True))
 
     unsynced_parallel = False  # since the last barrier, did any thread other than 0 run a step?
-    serial_since = False  # since the last barrier, did thread 0 run a serial step?
+    since: list[tuple[Step, list[Region], list[Region]]] = []  # steps since the last barrier: reads, writes
     for k, s in enumerate(steps):
         if s.fn is None:
             continue
-        if threaded and (unsynced_parallel or (s.parallel and serial_since)):
+        reads, writes = step_regions(s, k, binder, plan, scratch_key, nthreads)
+        if threaded and any((s.parallel or p.parallel) and _conflict(reads, writes, pr, pw) for p, pr, pw in since):
             b.call(barrier, [count, gen, nt, asleep])
-            unsynced_parallel = serial_since = False
+            unsynced_parallel = False
+            since = []
+        since.append((s, reads, writes))
         params = s.fn.function_type.args
         ptr_args = [pointer(a, k, s) for a in s.args]
         if len(ptr_args) + 2 != len(params):
@@ -412,7 +450,6 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
                 stamp(k, 0)
                 b.call(s.fn, call_args + [U.i32(0), U.i32(1)])
                 stamp(k, 1)
-            serial_since = True
     if threaded and unsynced_parallel:  # the run ends when every thread's writes are done
         b.call(barrier, [count, gen, nt, asleep])
     b.ret_void()

@@ -39,7 +39,10 @@ from glowpy.backends.cpu.target import HostTarget
 
 RELEASE = "glowpy_release"
 POOL_KEY = ("pool",)
-SPIN_BEFORE_YIELD = 100  # barrier: pauses before sched_yield (a pause is ~20-40 ns on Zen 3-5)
+# barrier: pauses (~25 ns each on Zen 5) before sched_yield. Short on purpose: spinning ~50 us (2000)
+# before 64 yields made MobileNet-v3-small at 2 threads 2.2x slower (median) on an oversubscribed
+# 2-core host, with the same best run: the waiter holds a core its partner needs
+SPIN_BEFORE_YIELD = 100
 YIELDS_BEFORE_PARK = 16  # barrier: sched_yields before the futex wait
 SPIN_BEFORE_PARK = 4000  # between runs: pauses (~0.1-0.2 ms) before the futex wait
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129

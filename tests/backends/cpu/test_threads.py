@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 import glowpy
 import glowpy.backends.cpu.lowering as lowering
-from glowpy.backends.cpu import CpuBackend, resolve_threads
+from glowpy.backends.cpu import CpuBackend, codegen, host_target, resolve_threads
 from glowpy.errors import UnsupportedAttribute
 from glowpy.ir.graph import Graph
 from glowpy.ir.types import TensorType
@@ -125,3 +126,78 @@ def test_concurrent_runs_from_python_threads() -> None:
     assert not errors
     for r, o in zip(want, ex.run(feeds)):
         np.testing.assert_array_equal(r, o)
+
+
+def _conv(g: Graph, x, cout: int, k: int, name: str, rng: np.random.Generator):
+    cin = x.type.shape[1]
+    w = g.add_constant(f"{name}.w", (rng.standard_normal((cout, cin, k, k)) * 0.2).astype(np.float32))
+    b = g.add_constant(f"{name}.b", rng.standard_normal(cout).astype(np.float32))
+    p = k // 2
+    return g.add_node("Conv", [x, w, b], {"strides": (1, 1), "pads": (p, p, p, p), "dilations": (1, 1),
+                                          "activation": "relu"}, name=name).outputs[0]
+
+
+def fire_net() -> tuple[Graph, list[np.ndarray]]:
+    """SqueezeNet's fire module: two expand convs read the squeeze conv's output, a Concat joins them."""
+    rng = np.random.default_rng(1)
+    g = Graph("fire")
+    x = g.add_input("x", TensorType(np.float32, (1, 16, 32, 32)))
+    s = _conv(g, x, 32, 1, "squeeze", rng)
+    e1 = _conv(g, s, 32, 1, "expand1", rng)
+    e3 = _conv(g, s, 32, 3, "expand3", rng)
+    g.outputs = [g.add_node("Concat", [e1, e3], {"axis": 1}, name="cat").outputs[0]]
+    return g, [rng.standard_normal((1, 16, 32, 32)).astype(np.float32)]
+
+
+def schedule(graph: Graph, nthreads: int) -> tuple[list, codegen.Program]:
+    """The worker's calls in order: step indices, and "|" for each barrier."""
+    prog = codegen.build(graph, host_target(), nthreads=nthreads)
+    text = str(prog.module)
+    worker = text[text.index('define internal void @"glowpy.worker"'):]
+    worker = worker[:worker.index("\n}\n")]
+    called = iter(k for k, s in enumerate(prog.steps) if s.fn is not None)
+    return ["|" if name == "glowpy.barrier" else next(called)
+            for name in re.findall(r'call void @"([^"]+)"', worker)], prog
+
+
+def test_independent_steps_follow_each_other_without_a_barrier() -> None:
+    graph, feeds = fire_net()
+    order, prog = schedule(graph, 2)
+    names = [s.nodes[0].name for s in prog.steps]
+    squeeze, e1, e3, cat = (names.index(n) for n in ("squeeze", "expand1", "expand3", "cat"))
+    assert all(s.parallel for s in prog.steps)
+    assert order == [squeeze, "|", e1, e3, "|", cat, "|"]
+    want = CpuBackend().compile(graph, threads=1, cache=False).run(feeds)
+    for n in (2, 3, 4):
+        ex = CpuBackend().compile(graph, threads=n, cache=False)
+        assert ex.nthreads == n
+        for _ in range(20):
+            for got, ref in zip(ex.run(feeds), want):
+                assert got.tobytes() == ref.tobytes(), f"{n} threads differ from 1"
+        ex.close()
+    got, ref = run_both(graph, feeds, threads=4)
+    assert_close(got, ref, "fire module, 4 threads")
+    avx2 = [CpuBackend().compile(graph, threads=n, isa="avx2", cache=False).run(feeds) for n in (1, 3)]
+    for got, ref in zip(*avx2):
+        assert got.tobytes() == ref.tobytes(), "avx2: 3 threads differ from 1"
+
+
+def test_a_step_writing_over_the_previous_steps_scratch_waits_for_it() -> None:
+    """c3 reads nothing c2 writes, but the arena places c3's output over c2's scratch (live only at c2's
+    step): threads still in c2 would see it overwritten, so a barrier separates them."""
+    rng = np.random.default_rng(2)
+    g = Graph("reuse")
+    x = g.add_input("x", TensorType(np.float32, (1, 8, 32, 32)))
+    c2 = _conv(g, _conv(g, x, 16, 3, "c1", rng), 16, 3, "c2", rng)
+    c3 = _conv(g, x, 16, 3, "c3", rng)
+    g.outputs = [g.add_node("Add", [c2, c3], name="add").outputs[0]]
+    order, prog = schedule(g, 2)
+    k2, k3 = ([s.nodes[0].name for s in prog.steps].index(n) for n in ("c2", "c3"))
+    scratch = prog.plan.offsets[("scratch", k2)]
+    out3 = prog.storage[id(c3)].offset
+    assert out3 < scratch + prog.steps[k2].scratch * 2 and scratch < out3 + c3.type.nbytes, \
+        "the test needs c3's output over c2's scratch"
+    assert order.index(k3) == order.index(k2) + 2 and order[order.index(k2) + 1] == "|"
+    feeds = [rng.standard_normal((1, 8, 32, 32)).astype(np.float32)]
+    got, want = run_both(g, feeds, threads=2)
+    assert_close(got, want, "scratch reuse, 2 threads")
