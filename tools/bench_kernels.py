@@ -225,7 +225,7 @@ def resnet50_convs() -> list[dict]:
 
 
 # (C, H, W, M, KH, KW, stride, pads): small-map convs of the zoo's inception_v3 (17x17, 8x8), googlenet
-# (7x7 inception5*) and densenet121 (block 4 at 7x7), random weights
+# (7x7 inception5*), densenet121 (block 4 at 7x7) and mobilenet_v2's pointwise convs, random weights
 SMALL_MAP_CONVS = (
     (768, 17, 17, 192, 1, 1, 1, (0, 0, 0, 0)), (768, 17, 17, 128, 1, 1, 1, (0, 0, 0, 0)),
     (128, 17, 17, 128, 1, 7, 1, (0, 3, 0, 3)), (160, 17, 17, 192, 7, 1, 1, (3, 0, 3, 0)),
@@ -234,6 +234,8 @@ SMALL_MAP_CONVS = (
     (832, 7, 7, 384, 1, 1, 1, (0, 0, 0, 0)), (160, 7, 7, 320, 3, 3, 1, (1, 1, 1, 1)),
     (48, 7, 7, 128, 3, 3, 1, (1, 1, 1, 1)), (992, 7, 7, 128, 1, 1, 1, (0, 0, 0, 0)),
     (128, 7, 7, 32, 3, 3, 1, (1, 1, 1, 1)),
+    (96, 14, 14, 576, 1, 1, 1, (0, 0, 0, 0)), (576, 14, 14, 96, 1, 1, 1, (0, 0, 0, 0)),
+    (960, 7, 7, 160, 1, 1, 1, (0, 0, 0, 0)),
 )
 
 
@@ -295,12 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--no-ort", action="store_true", help="skip the onnxruntime whole-model comparison")
     ap.add_argument("--layers", type=int, nargs="*", help="only these layer indices")
+    ap.add_argument("--vector-width", type=int, help="lanes of the generated code (default: the host's; 8 on an "
+                    "AVX-512 host approximates AVX2)")
     ap.add_argument("--small", action="store_true", help="the zoo's small-map conv layers instead of ResNet-50's")
     ap.add_argument("--cold", action="store_true", help="evict the caches before every call (1 thread only)")
     ap.add_argument("--cpu-clock", action="store_true",
                     help="single-thread columns in thread CPU time (robust on a loaded machine); 2T stays wall")
     args = ap.parse_args(argv)
-    vw = host_vector_width()
+    vw = args.vector_width or host_vector_width()
     pools = {t: ThreadPool(t) for t in args.threads if t > 1}
     rng = np.random.default_rng(0)
     clock = "1T: thread CPU time, 2T+: wall" if args.cpu_clock else "wall clock"

@@ -231,7 +231,7 @@ def _pack_gemm_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
 
 def _pack_channel_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     """Weights as [group][channel panel][k][NR], bias as [group][panel * NR] (channels past Mg zero)."""
-    _, nv = choose_tile(geo.P, vw)
+    _, nv = _channel_tile(geo, vw)
     nr = nv * vw
     kg = geo.Cg * geo.KHKW
     mpanels = math.ceil(geo.Mg / nr)
@@ -340,14 +340,35 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_bytes)
 
 
+# Maps up to this many output pixels may take the channel path (inception_v3's 17x17 = 289 does).
+CHANNEL_MAX_PIXELS = 300
+# Weights (of one group) past this size are re-read from beyond L2 by every pixel panel of the pixel path.
+CHANNEL_WEIGHT_BYTES = 512 * 1024
+
+
 def use_channel_vectors(geo: _Geometry, vw: int) -> bool:
-    """Vectors over pixels waste lanes on small maps (7x7: 64 lanes for 49 pixels; 1x1: 16 for 1); there
-    the kernel vectors over output channels instead (10% allowance for its scatter epilogue)."""
-    if geo.P > 256:
+    """Vectors over pixels waste lanes on small maps (7x7: 64 lanes for 49 pixels; 1x1: 16 for 1), and
+    each of their panels streams all the weights: the channel path vectors over output channels and reads
+    each weight once, at the price of a scatter epilogue. It is taken where the pixel path wastes 10% more
+    lanes, or wastes no fewer and the weights are too large to stay cached between pixel panels (measured
+    on AVX-512 with cold caches, as in a model: 1.1-1.6x on 7x7 to 17x17 maps; with L2-sized weights and
+    short reductions the scatters cost more than the streaming, 0.6x at 96 -> 576 on 14x14)."""
+    if geo.P > CHANNEL_MAX_PIXELS:
         return False
     by_pixels = math.ceil(geo.P / vw) * vw * geo.Mg
-    by_channels = geo.P * math.ceil(geo.Mg / vw) * vw * 1.1
-    return by_channels < by_pixels
+    by_channels = geo.P * math.ceil(geo.Mg / vw) * vw
+    big_weights = geo.Mg * geo.Cg * geo.KHKW * 4 > CHANNEL_WEIGHT_BYTES
+    return by_channels * 1.1 < by_pixels or (big_weights and by_channels <= by_pixels)
+
+
+def _channel_tile(geo: _Geometry, vw: int) -> tuple[int, int]:
+    """(pixels, channel vectors) per tile of the channel path; pixels <= 8 (the pixel buffer's row).
+    AVX-512's 32 registers hold 6 x 4 accumulators: for direct 1x1 convs into 256+ channels that measured
+    up to 1.35x over gemm's 7 x 2 (fewer loads per fma, a 64-channel panel); on packed pixels (strided 1x1,
+    3x3) it was even or slower (more pixel blocks in the buffer)."""
+    if vw >= 16 and geo.direct and geo.Mg >= 256 and geo.P >= 6:
+        return 6, 4
+    return choose_tile(geo.P, vw)
 
 
 # The channel path's reduction chunk: one channel panel's weights (kc x NR) and the pixels of the whole
@@ -372,7 +393,7 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
     their maps); without the 1x1 direct read, a thread packs the whole map's pixels of a reduction chunk
     once per image and group. Reduction chunks keep their partial sums in a per-thread scratch tile store,
     so out is written once (out == residual is safe)."""
-    pr, nv = choose_tile(geo.P, vw)  # pixels per tile, channel vectors per tile
+    pr, nv = _channel_tile(geo, vw)  # pixels per tile, channel vectors per tile
     nr = nv * vw
     kg = geo.Cg * geo.KHKW
     pblocks, pfull = math.ceil(geo.P / pr), geo.P // pr
