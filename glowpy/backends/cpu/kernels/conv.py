@@ -8,8 +8,9 @@ B is read as vectors along p:
   one panel of B (K x NR pixels) is packed with masked contiguous loads (the mask zeroes padding).
 - anything else (strides, other paddings): the panel is packed with masked gathers.
 A panel is packed once per thread into its scratch and reused by every row block of output channels.
-Small maps (7x7, 6x6, 1x1) would waste vector lanes over pixels, so there the tile is transposed: a few
-pixels broadcast x vectors of output channels, and the epilogue scatters down NCHW columns.
+Small maps (up to 17x17) would waste vector lanes over pixels or stream their large weights once per pixel
+panel, so there the tile is transposed: a few pixels broadcast x vectors of output channels, every weight
+read once, and the epilogue scatters down NCHW columns.
 Depthwise convs (group == C == M) have their own direct kernel (depthwise.py).
 
 Contract for callers: the work (pixel panels x row blocks, or channel planes) is split in contiguous,
@@ -415,8 +416,7 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
     fn = kernel_function(module, name, len(packed))
     out_p, x_p, res_p, scratch_p, w_p, bias_p = fn.args[:6]
     tid, nthreads = fn.args[-2:]
-    entry = fn.append_basic_block("entry")
-    b = ir.IRBuilder(entry)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
     vx = VecIR(module, b, vw)
     v8 = VecIR(module, b, 8)
     pbuf = cbuf = None
