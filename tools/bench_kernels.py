@@ -1,13 +1,15 @@
 """Benchmark glowpy's generated Conv and GEMM kernels on their own, and the standalone JIT harness the
 kernel tests share.
 
-    python tools/bench_kernels.py [--repeats N] [--threads 1 2] [--no-ort] [--pools]
+    python tools/bench_kernels.py [--repeats N] [--threads 1 2] [--no-ort] [--pools] [--small] [--cold]
 
 For every distinct ResNet-50 conv layer shape (batch 1), and gemm at 512^3, prints GFLOP/s single- and
 two-threaded next to numpy's matmul of the same FLOPs, then the sum of the conv layer times against
 onnxruntime's whole-model latency on the random-weight ResNet-50 (tools/prepare_models.py). Numbers are
 medians of several repeats; the machine is shared, so expect noise of several percent. `--pools`: the
 vector MaxPool / AveragePool kernel on the zoo's pooling layers instead (ms and input taps per ns).
+`--small` times the small-map layers (P = OH*OW <= 300) of inception_v3, googlenet and densenet121 instead;
+`--cold` evicts the caches before every call, as a whole model does (its weights never stay cached).
 """
 
 from __future__ import annotations
@@ -223,6 +225,44 @@ def resnet50_convs() -> list[dict]:
     return list(layers.values())
 
 
+# (C, H, W, M, KH, KW, stride, pads): small-map convs of the zoo's inception_v3 (17x17, 8x8), googlenet
+# (7x7 inception5*), densenet121 (block 4 at 7x7) and mobilenet_v2's pointwise convs, random weights
+SMALL_MAP_CONVS = (
+    (768, 17, 17, 192, 1, 1, 1, (0, 0, 0, 0)), (768, 17, 17, 128, 1, 1, 1, (0, 0, 0, 0)),
+    (128, 17, 17, 128, 1, 7, 1, (0, 3, 0, 3)), (160, 17, 17, 192, 7, 1, 1, (3, 0, 3, 0)),
+    (1280, 8, 8, 320, 1, 1, 1, (0, 0, 0, 0)), (2048, 8, 8, 448, 1, 1, 1, (0, 0, 0, 0)),
+    (448, 8, 8, 384, 3, 3, 1, (1, 1, 1, 1)), (384, 8, 8, 384, 1, 3, 1, (0, 1, 0, 1)),
+    (832, 7, 7, 384, 1, 1, 1, (0, 0, 0, 0)), (160, 7, 7, 320, 3, 3, 1, (1, 1, 1, 1)),
+    (48, 7, 7, 128, 3, 3, 1, (1, 1, 1, 1)), (992, 7, 7, 128, 1, 1, 1, (0, 0, 0, 0)),
+    (128, 7, 7, 32, 3, 3, 1, (1, 1, 1, 1)),
+    (96, 14, 14, 576, 1, 1, 1, (0, 0, 0, 0)), (576, 14, 14, 96, 1, 1, 1, (0, 0, 0, 0)),
+    (960, 7, 7, 160, 1, 1, 1, (0, 0, 0, 0)),
+)
+
+
+def small_map_convs() -> list[dict]:
+    rng = np.random.default_rng(1)
+    out = []
+    for c, h, w, m, kh, kw, s, pads in SMALL_MAP_CONVS:
+        wt = (rng.standard_normal((m, c, kh, kw)) / np.sqrt(c * kh * kw)).astype(np.float32)
+        out.append(dict(x_shape=(1, c, h, w), w=wt, bias=rng.standard_normal(m).astype(np.float32), strides=(s, s),
+                        pads=pads, dilations=(1, 1), group=1, count=1))
+    return out
+
+
+def time_cold(k: JitKernel, out, x, third=None, repeats: int = 7, cpu_clock: bool = False) -> float:
+    """Median seconds of single-threaded calls, each after a pass over 64 MiB evicts the caches."""
+    clock = time.thread_time if cpu_clock else time.perf_counter
+    flush = np.zeros(16 << 20, np.float32)
+    samples = []
+    for _ in range(max(repeats, 5) * 3):
+        flush += 1.0
+        t0 = clock()
+        k(out, x, third)
+        samples.append(clock() - t0)
+    return statistics.median(samples)
+
+
 def _conv_flops(layer: dict) -> float:
     from glowpy.backends.cpu.kernels.conv import conv_out_dim
 
@@ -293,11 +333,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--no-ort", action="store_true", help="skip the onnxruntime whole-model comparison")
     ap.add_argument("--layers", type=int, nargs="*", help="only these layer indices")
+    ap.add_argument("--vector-width", type=int, help="lanes of the generated code (default: the host's; 8 on an "
+                    "AVX-512 host approximates AVX2)")
+    ap.add_argument("--small", action="store_true", help="the zoo's small-map conv layers instead of ResNet-50's")
+    ap.add_argument("--cold", action="store_true", help="evict the caches before every call (1 thread only)")
     ap.add_argument("--cpu-clock", action="store_true",
                     help="single-thread columns in thread CPU time (robust on a loaded machine); 2T stays wall")
     ap.add_argument("--pools", action="store_true", help="the pooling kernels instead of conv and gemm")
     args = ap.parse_args(argv)
-    vw = host_vector_width()
+    vw = args.vector_width or host_vector_width()
     pools = {t: ThreadPool(t) for t in args.threads if t > 1}
     if args.pools:
         bench_pools(args, vw, pools)
@@ -308,7 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     cols = "".join(f" | {t}T GF/s   ms  numpy" for t in args.threads)
     print(f"{'#':>2} {'layer (C,H,W)->(M,C/g,KH,KW) stride pad':<44}{'n':>3}{cols}")
     totals = dict.fromkeys(args.threads, 0.0)
-    for i, layer in enumerate(resnet50_convs()):
+    if args.cold and args.threads != [1]:
+        ap.error("--cold measures one thread only")
+    for i, layer in enumerate(small_map_convs() if args.small else resnet50_convs()):
         if args.layers and i not in args.layers:
             continue
         flops, oshape = _conv_flops(layer)
@@ -324,7 +370,11 @@ def main(argv: list[str] | None = None) -> int:
         xa = rng.standard_normal((cg * kh * kw, oshape[2] * oshape[3])).astype(np.float32)
         row = ""
         for t in args.threads:
-            sec = time_kernel(k, out, x, nthreads=t, repeats=args.repeats, pool=pools.get(t), cpu_clock=args.cpu_clock)
+            if args.cold:
+                sec = time_cold(k, out, x, repeats=args.repeats, cpu_clock=args.cpu_clock)
+            else:
+                sec = time_kernel(k, out, x, nthreads=t, repeats=args.repeats, pool=pools.get(t),
+                                  cpu_clock=args.cpu_clock)
             totals[t] += sec * layer["count"]
             blas_threads(t)
             np_sec = time_numpy(lambda a=wa, b=xa: a @ b, args.repeats, cpu_clock=args.cpu_clock and t == 1)
@@ -335,8 +385,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # gemm: 512^3 with B constant (packed at compile time) and B a runtime operand, and ResNet-50's
     # classifier (batch 1: a matrix-vector product, memory-bound on the 8 MB weight)
-    for m_, n_, k_, const, b_trans in ((512, 512, 512, True, False), (512, 512, 512, False, False),
-                                       (1, 1000, 2048, True, True)):
+    gemms = () if args.small else ((512, 512, 512, True, False), (512, 512, 512, False, False),
+                                   (1, 1000, 2048, True, True))
+    for m_, n_, k_, const, b_trans in gemms:
         a = rng.standard_normal((m_, k_)).astype(np.float32)
         bmat = rng.standard_normal((n_, k_) if b_trans else (k_, n_)).astype(np.float32)
         out = np.empty((m_, n_), np.float32)
@@ -347,15 +398,19 @@ def main(argv: list[str] | None = None) -> int:
         flops = 2.0 * m_ * n_ * k_
         row = ""
         for t in args.threads:
-            sec = time_kernel(k, out, a, None if const else bmat, nthreads=t, repeats=args.repeats, pool=pools.get(t),
-                              cpu_clock=args.cpu_clock)
+            third = None if const else bmat
+            if args.cold:
+                sec = time_cold(k, out, a, third, repeats=args.repeats, cpu_clock=args.cpu_clock)
+            else:
+                sec = time_kernel(k, out, a, third, nthreads=t, repeats=args.repeats, pool=pools.get(t),
+                                  cpu_clock=args.cpu_clock)
             blas_threads(t)
             np_sec = time_numpy(lambda a=a, b=opb: a @ b, args.repeats, cpu_clock=args.cpu_clock and t == 1)
             row += f" | {flops / sec / 1e9:7.1f} {sec * 1e3:6.3f} {flops / np_sec / 1e9:6.1f}"
         desc = f"gemm {m_}x{n_}x{k_}, B{'^T' if b_trans else ''} {'constant' if const else 'runtime'}"
         print(f"{'':>2} {desc:<44}{'':>3}{row}", flush=True)
 
-    if args.layers:
+    if args.layers or args.small:
         return 0
     print()
     for t in args.threads:

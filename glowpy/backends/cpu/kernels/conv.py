@@ -10,8 +10,9 @@ B is read as vectors along p:
   into phase planes (`_PhasePlanes`: per channel, kernel column and row phase, rows of OW floats with
   the padding as zeros), in which every tap of a panel is again one contiguous load at a constant offset.
 A panel is packed once per thread into its scratch and reused by every row block of output channels.
-Small maps (7x7, 6x6, 1x1) would waste vector lanes over pixels, so there the tile is transposed: a few
-pixels broadcast x vectors of output channels, and the epilogue scatters down NCHW columns.
+Small maps (up to 17x17) would waste vector lanes over pixels or stream their large weights once per pixel
+panel, so there the tile is transposed: a few pixels broadcast x vectors of output channels, every weight
+read once, and the epilogue scatters down NCHW columns.
 Depthwise convs (group == C == M) have their own direct kernel (depthwise.py).
 
 Contract for callers: the work (pixel panels x row blocks, or channel planes) is split in contiguous,
@@ -349,7 +350,7 @@ def _pack_gemm_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
 
 def _pack_channel_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     """Weights as [group][channel panel][k][NR], bias as [group][panel * NR] (channels past Mg zero)."""
-    _, nv = choose_tile(geo.P, vw)
+    _, nv = _channel_tile(geo, vw)
     nr = nv * vw
     kg = geo.Cg * geo.KHKW
     mpanels = math.ceil(geo.Mg / nr)
@@ -486,23 +487,60 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_bytes)
 
 
+# Maps up to this many output pixels may take the channel path (inception_v3's 17x17 = 289 does).
+CHANNEL_MAX_PIXELS = 300
+# Weights (of one group) past this size are re-read from beyond L2 by every pixel panel of the pixel path.
+CHANNEL_WEIGHT_BYTES = 512 * 1024
+
+
 def use_channel_vectors(geo: _Geometry, vw: int) -> bool:
-    """Vectors over pixels waste lanes on small maps (7x7: 64 lanes for 49 pixels; 1x1: 16 for 1); there
-    the kernel vectors over output channels instead (10% allowance for its scatter epilogue)."""
-    if geo.P > 256:
+    """Vectors over pixels waste lanes on small maps (7x7: 64 lanes for 49 pixels; 1x1: 16 for 1), and
+    each of their panels streams all the weights: the channel path vectors over output channels and reads
+    each weight once, at the price of a scatter epilogue. It is taken where the pixel path wastes 10% more
+    lanes, or wastes no fewer and the weights are too large to stay cached between pixel panels (measured
+    on AVX-512 with cold caches, as in a model: 1.1-1.6x on 7x7 to 17x17 maps; with L2-sized weights and
+    short reductions the scatters cost more than the streaming, 0.6x at 96 -> 576 on 14x14)."""
+    if geo.P > CHANNEL_MAX_PIXELS:
         return False
     by_pixels = math.ceil(geo.P / vw) * vw * geo.Mg
-    by_channels = geo.P * math.ceil(geo.Mg / vw) * vw * 1.1
-    return by_channels < by_pixels
+    by_channels = geo.P * math.ceil(geo.Mg / vw) * vw
+    big_weights = geo.Mg * geo.Cg * geo.KHKW * 4 > CHANNEL_WEIGHT_BYTES
+    return by_channels * 1.1 < by_pixels or (big_weights and by_channels <= by_pixels)
+
+
+def _channel_tile(geo: _Geometry, vw: int) -> tuple[int, int]:
+    """(pixels, channel vectors) per tile of the channel path; pixels <= 8 (the pixel buffer's row).
+    AVX-512's 32 registers hold 6 x 4 accumulators: for direct 1x1 convs into 256+ channels that measured
+    up to 1.35x over gemm's 7 x 2 (fewer loads per fma, a 64-channel panel); on packed pixels (strided 1x1,
+    3x3) it was even or slower (more pixel blocks in the buffer)."""
+    if vw >= 16 and geo.direct and geo.Mg >= 256 and geo.P >= 6:
+        return 6, 4
+    return choose_tile(geo.P, vw)
+
+
+# The channel path's reduction chunk: one channel panel's weights (kc x NR) and the pixels of the whole
+# map for those kc rows, reused by every pixel block, should stay in L2 (1 MiB on Zen 4/5, 512 KiB on Zen 3).
+CHANNEL_CHUNK_SHARE = 8  # of L2_WEIGHT_BYTES
+
+
+def _channel_chunk(geo: _Geometry, nr: int, pix_floats: int) -> int:
+    """Channels per reduction chunk of the channel path, balanced; pix_floats: pixel floats per k row."""
+    per_channel = geo.KHKW * (nr + pix_floats) * 4
+    cc = max(1, min(geo.Cg, L2_WEIGHT_BYTES // CHANNEL_CHUNK_SHARE // per_channel))
+    return math.ceil(geo.Cg / math.ceil(geo.Cg / cc))
 
 
 def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual,
                        vw) -> KernelInfo:
     """The transposed blocking for small maps: a tile is (a few output pixels) x (NV vectors of output
     channels); the pixels' input values are broadcast, the weights ([group][channel panel][k][NR]) are the
-    vectors, and the epilogue scatters each vector down a column of NCHW. Reduction chunks keep their
-    partial sums in a per-thread scratch tile store, so out is written once (out == residual is safe)."""
-    pr, nv = choose_tile(geo.P, vw)  # pixels per tile, channel vectors per tile
+    vectors, and the epilogue scatters each vector down a column of NCHW. Work units are (image and group,
+    channel panel, pixel block) with pixel blocks innermost, so a channel panel's weights are read from
+    memory once and reused from cache by every pixel block (the weights of these layers are far larger than
+    their maps); without the 1x1 direct read, a thread packs the whole map's pixels of a reduction chunk
+    once per image and group. Reduction chunks keep their partial sums in a per-thread scratch tile store,
+    so out is written once (out == residual is safe)."""
+    pr, nv = _channel_tile(geo, vw)  # pixels per tile, channel vectors per tile
     nr = nv * vw
     kg = geo.Cg * geo.KHKW
     pblocks, pfull = math.ceil(geo.P / pr), geo.P // pr
@@ -513,12 +551,11 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
 
     direct = geo.direct
     pix_stride = 8  # pixel buffer row: pr <= 8 floats, one <8 x float> per k
-    kc = L2_WEIGHT_BYTES // (mpanels * nr * 4)
-    cc = max(1, min(geo.Cg, kc // geo.KHKW))
-    cc = math.ceil(geo.Cg / math.ceil(geo.Cg / cc))
+    cc = _channel_chunk(geo, nr, geo.P if direct else pblocks * pix_stride)
     chunks = math.ceil(geo.Cg / cc)
-    units = geo.N * geo.group * pblocks * mpanels
-    pbuf_floats = 0 if direct else cc * geo.KHKW * pix_stride
+    units = geo.N * geo.group * mpanels * pblocks
+    block_floats = cc * geo.KHKW * pix_stride  # one pixel block's rows of a chunk
+    pbuf_floats = 0 if direct else pblocks * block_floats
     cbuf_floats = units * pr * nr if chunks > 1 else 0
     scratch_bytes = (pbuf_floats + cbuf_floats) * 4 + 64 if pbuf_floats + cbuf_floats else 0
 
@@ -535,41 +572,62 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
         base = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="scratch.base")
         pbuf = base
         cbuf = vx.gep(base, pbuf_floats, name="partials")
+    packed_for = None if direct else b.alloca(I64, name="packed.for")  # image-group whose pixels pbuf holds
     lo, hi = U.thread_range(vx.b, units, tid, nthreads, "unit")
 
     def chunk(c0, ncc, first, last) -> None:
         kc = ncc * geo.KHKW if isinstance(ncc, int) else b.mul(ncc, ir.Constant(I64, geo.KHKW), name="kc")
+        if packed_for is not None:
+            b.store(ir.Constant(I64, -1), packed_for)
 
-        def do_panel(panel, mp_lo, mp_hi) -> None:
-            pb = b.urem(panel, ir.Constant(I64, pblocks), name="pb")
-            img_g = b.udiv(panel, ir.Constant(I64, pblocks), name="img_g")
+        def pack_map(x_img) -> None:
+            """Every pixel block's rows [c0*KHKW, (c0+ncc)*KHKW) of the im2col matrix into pbuf."""
+
+            def pack_block(pb, rows: int) -> None:
+                q0 = b.mul(pb, ir.Constant(I64, pr), name="pq0")
+                pan = _Panel(v8, geo, q0, 1, rows if rows < 8 else 0)
+                _pack(v8, geo, pan, vx.gep(pbuf, vx.off((pb, block_floats)), name="pblock"), x_img, c0, ncc, q0,
+                      pix_stride)
+
+            lp = Loop(vx, "pack.pb", 0, pfull)
+            pack_block(lp.i, pr)
+            lp.close()
+            if p_edge:
+                pack_block(ir.Constant(I64, pfull), p_edge)
+
+        def do_panel(outer, pb_lo, pb_hi) -> None:
+            mp = b.urem(outer, ir.Constant(I64, mpanels), name="mp")
+            img_g = b.udiv(outer, ir.Constant(I64, mpanels), name="img_g")
             g = b.urem(img_g, ir.Constant(I64, geo.group), name="g")
             x_img = vx.gep(x_p, vx.off((img_g, geo.Cg * geo.HW)), name="x.img")
             out_img = vx.gep(out_p, vx.off((img_g, geo.Mg * geo.P)), name="out.img")
             res_img = vx.gep(res_p, vx.off((img_g, geo.Mg * geo.P)), name="res.img") if has_residual else None
-            q0 = b.mul(pb, ir.Constant(I64, pr), name="q0")
+            if packed_for is not None:
+                stale = b.icmp_signed("!=", b.load(packed_for, name="packed.img"), img_g, name="pbuf.stale")
+                with b.if_then(stale):
+                    pack_map(x_img)
+                    b.store(img_g, packed_for)
+            wtile = vx.gep(w_p, vx.off((b.add(b.mul(g, ir.Constant(I64, mpanels)), mp), kg * nr),
+                                       (c0, geo.KHKW * nr)), name="wtile")
+            m0 = b.mul(mp, ir.Constant(I64, nr), name="m0")
 
-            def run(rows: int) -> None:
-                if direct:
-                    aptr, a_ks = vx.gep(x_img, vx.off((c0, geo.HW), q0), name="apix"), geo.HW
-                else:
-                    pan = _Panel(v8, geo, q0, 1, rows if rows < 8 else 0)
-                    _pack(v8, geo, pan, pbuf, x_img, c0, ncc, q0, pix_stride)
-                    aptr, a_ks = pbuf, pix_stride
+            def run(nvec: int, lanes: int) -> None:
+                masks = [None] * (nvec - 1) + [vx.lane_mask(lanes) if lanes else None]
 
-                def tile(mp, edge: bool) -> None:
-                    nvec = math.ceil(m_edge / vw) if edge else nv
-                    lanes = m_edge % vw if edge else 0
-                    masks = [None] * (nvec - 1) + [vx.lane_mask(lanes) if lanes else None]
-                    wtile = vx.gep(w_p, vx.off((b.add(b.mul(g, ir.Constant(I64, mpanels)), mp), kg * nr),
-                                               (c0, geo.KHKW * nr)), name="wtile")
+                def tile(pb, edge: bool) -> None:
+                    rows = p_edge if edge else pr
+                    q0 = b.mul(pb, ir.Constant(I64, pr), name="q0")
+                    if direct:
+                        aptr, a_ks = vx.gep(x_img, vx.off((c0, geo.HW), q0), name="apix"), geo.HW
+                    else:
+                        aptr, a_ks = vx.gep(pbuf, vx.off((pb, block_floats)), name="apix"), pix_stride
                     cb = None
                     if chunks > 1:
-                        u = b.add(b.mul(panel, ir.Constant(I64, mpanels)), mp, name="u")
+                        u = b.add(b.mul(outer, ir.Constant(I64, pblocks)), pb, name="u")
                         cb = vx.gep(cbuf, vx.off((b.sub(u, lo), pr * nr)), name="cb")
                     flat = choose(vx, first, lambda: [vx.zero] * (rows * nvec),
-                                   lambda: [vx.load(vx.gep(cb, r * nr + v * vw), name="part")
-                                            for r in range(rows) for v in range(nvec)])
+                                  lambda: [vx.load(vx.gep(cb, r * nr + v * vw), name="part")
+                                           for r in range(rows) for v in range(nvec)])
                     init = [flat[r * nvec:(r + 1) * nvec] for r in range(rows)]
                     acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=aptr, a_rs=1, a_ks=a_ks, b_ptr=wtile,
                                     b_ks=nr, init=init, name="convc")
@@ -579,10 +637,9 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                             for v in range(nvec):
                                 vx.store(acc[r][v], vx.gep(cb, r * nr + v * vw))
 
-                    when(vx, last, lambda: finish(mp, masks, acc, nvec, rows), keep_partials)
+                    when(vx, last, lambda: finish(q0, masks, acc, nvec, rows), keep_partials)
 
-                def finish(mp, masks, acc, nvec: int, rows: int) -> None:
-                    m0 = b.mul(mp, ir.Constant(I64, nr), name="m0")
+                def finish(q0, masks, acc, nvec: int, rows: int) -> None:
                     brow = vx.gep(bias_p, vx.off((g, mpanels * nr), m0), name="brow")
                     m0v = vx.splat(b.trunc(m0, I32))
                     cols = []  # element offset of channel (m0 + v*VW + lane) in an NCHW image
@@ -600,20 +657,11 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                             val = vx.activation(val, activation, params)
                             vx.scatter(val, vx.ptrs(vx.gep(out_img, q), cols[v], name="outp"), masks[v])
 
-                block_loop(vx, lo=mp_lo, hi=mp_hi, blocks=mpanels, full=mpfull, body=tile)
+                block_loop(vx, lo=pb_lo, hi=pb_hi, blocks=pblocks, full=pfull, body=tile)
 
-            if p_edge == 0:
-                run(pr)
-            elif pfull == 0:
-                run(p_edge)
-            else:
-                with b.if_else(b.icmp_signed("<", pb, ir.Constant(I64, pfull), name="pblock.isfull")) as (full, part):
-                    with full:
-                        run(pr)
-                    with part:
-                        run(p_edge)
+            full_or_edge_panel(b, mp, nfull=mpfull, edge=m_edge, nv=nv, vw=vw, run=run)
 
-        panel_walk(vx, lo=lo, hi=hi, mblocks=mpanels, body=do_panel)
+        panel_walk(vx, lo=lo, hi=hi, mblocks=pblocks, body=do_panel)
 
     chunk_loop(vx, geo.Cg, cc, chunk)
     b.ret_void()
