@@ -83,7 +83,7 @@ def lower_group(low: Lowering, nodes: list[Node]) -> None:
         exprs.append(EW.Expr(n.op, n.attrs, [ref(v) for v in n.inputs], [v.dtype for v in n.inputs],
                              n.outputs[0].dtype, n.name))
     group = EW.FusedElementwise(out.shape, out.dtype, operands, exprs, names)
-    fn = EW.emit_fused(low.kmod(), low.fname(nodes), group)
+    fn = EW.emit_fused(low.kmod(), low.fname(nodes), group, low.vector_width)
     low.add(Step(fn.name, fn, args, [out], nodes, work=out.type.size * len(exprs), inplace=inplace))
 
 
@@ -110,6 +110,6 @@ def post_elementwise(low: Lowering, nodes: list[Node], src: Value, out: Value, a
     if not exprs:
         exprs.append(EW.Expr("Identity", {}, [cur], [dt], dt))
     group = EW.FusedElementwise(out.shape, dt, operands, exprs, ["acc", "addend"][:len(operands)])
-    fn = EW.emit_fused(low.kmod(), low.fname(nodes) + ".post", group)
+    fn = EW.emit_fused(low.kmod(), low.fname(nodes) + ".post", group, low.vector_width)
     inplace = [(out, src)]
     low.add(Step(fn.name, fn, args, [out], nodes, work=out.type.size * len(exprs), inplace=inplace))

@@ -25,6 +25,7 @@ from llvmlite import ir
 from glowpy.backends.cpu import activations
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.kernels import lowfloat
+from glowpy.backends.cpu.vector import PTR, VecIR
 from glowpy.errors import UnsupportedDatatype, UnsupportedOperator
 from glowpy.ir.activations import ACTIVATIONS
 from glowpy.ir.ops import OPS
@@ -496,22 +497,26 @@ def broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]
     return strides
 
 
-def emit_fused(module: ir.Module, name: str, group: FusedElementwise) -> ir.Function:
-    """void name(out, in_0, ..., in_k, i32 tid, i32 nthreads)"""
-    params = [("out", U.ptr_type(group.out_dtype))]
-    for k, opnd in enumerate(group.operands):
-        pname = group.names[k] if k < len(group.names) else f"in{k}"
-        params.append((pname, U.ptr_type(opnd.dtype)))
-    params += [("tid", U.I32), ("nthreads", U.I32)]
-    fn, b = U.new_function(module, name, params)
-    out_ptr, in_ptrs = fn.args[0], fn.args[1:1 + len(group.operands)]
-    tid, nt = fn.args[-2], fn.args[-1]
+def emit_fused(module: ir.Module, name: str, group: FusedElementwise, vector_width: int | None = None
+               ) -> ir.Function:
+    """void name(out, in_0, ..., in_k, i32 tid, i32 nthreads). With `vector_width`, a float32 group of
+    arithmetic ops runs its innermost dim in vectors of that many lanes (_lane_row)."""
     out_shape = group.out_shape
     all_strides = [broadcast_strides(out_shape, out_shape)] + [
         broadcast_strides(o.shape, out_shape) for o in group.operands]
     dims, strides = U.merge_nest(out_shape, all_strides)
     if not dims:  # a single element
         dims, strides = [1], [[0] for _ in all_strides]
+    inner = [s[-1] for s in strides]
+    lanes = vector_width if vector_width and inner[0] == 1 and set(inner) <= {0, 1} and lane_group(group) else None
+    params = [("out", PTR if lanes else U.ptr_type(group.out_dtype))]
+    for k, opnd in enumerate(group.operands):
+        pname = group.names[k] if k < len(group.names) else f"in{k}"
+        params.append((pname, PTR if lanes else U.ptr_type(opnd.dtype)))
+    params += [("tid", U.I32), ("nthreads", U.I32)]
+    fn, b = U.new_function(module, name, params)
+    out_ptr, in_ptrs = fn.args[0], fn.args[1:1 + len(group.operands)]
+    tid, nt = fn.args[-2], fn.args[-1]
     if math.prod(dims) == 0:
         b.ret_void()
         return fn
@@ -520,6 +525,9 @@ def emit_fused(module: ir.Module, name: str, group: FusedElementwise) -> ir.Func
 
     def nest(level: int, offs: list[ir.Value]) -> None:
         start, stop = (lo, hi) if level == 0 else (0, dims[level])
+        if lanes and level == len(dims) - 1:
+            _lane_row(b, group, lanes, out_ptr, in_ptrs, offs, inner, start, stop)
+            return
         with U.for_range(b, start, stop, f"i{level}") as i:
             new = []
             for a, off in enumerate(offs):
@@ -561,3 +569,132 @@ def _body(b: ir.IRBuilder, group: FusedElementwise, out_ptr: ir.Value, in_ptrs: 
         args = [arg(r, dt) for r, dt in zip(e.args, e.in_dtypes)]
         values.append(scalar_op(b, e.op, e.attrs, args, e.in_dtypes, e.dtype))
     U.store(b, out_ptr, offs[0], values[-1], group.out_dtype)
+
+
+# --- the vector row ------------------------------------------------------------------------------
+
+# Ops whose float32 code below is the scalar code's instructions on vectors (same bits per element).
+_LANE_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "PRelu", "Identity", "Dropout"})
+_F32 = np.dtype(np.float32)
+
+
+class _Transcendental(Exception):
+    """An activation needs exp / tanh / erf: libm per element, which a vector row does not call."""
+
+
+class _Probe:
+    """Walks an activation's emitter without building code, to learn whether it needs _Transcendental."""
+
+    def const(self, v):
+        return None
+
+    bound = const
+
+    def add(self, a, b):
+        return None
+
+    sub = mul = div = add
+
+    def cmp(self, op, a, b):
+        return None
+
+    def select(self, c, a, b):
+        return None
+
+    def exp(self, x):
+        raise _Transcendental
+
+    expm1 = tanh = erf = exp
+
+
+def _lane_expr(e: Expr) -> bool:
+    if e.dtype != _F32 or any(np.dtype(d) != _F32 for d in e.in_dtypes):
+        return False
+    act = activations.EMITTED_OPS.get(e.op)
+    if act is None:
+        return e.op in _LANE_OPS
+    try:
+        activations.emit(_Probe(), None, act, ACTIVATIONS[act].params_of(e.attrs))
+    except _Transcendental:
+        return False
+    return True
+
+
+def lane_group(group: FusedElementwise) -> bool:
+    """Whether every operand and value of `group` is float32 and every op has a vector form."""
+    return (group.out_dtype == _F32 and all(o.dtype == _F32 for o in group.operands)
+            and all(_lane_expr(e) for e in group.exprs))
+
+
+class _LaneMath(activations.ScalarMath):
+    """ScalarMath on float32 vectors: the same instructions, constants splatted over the lanes."""
+
+    def const(self, v: float) -> ir.Value:
+        return ir.Constant(self.t, [float(v)] * self.t.count)
+
+    bound = const
+
+
+def _lane_op(b: ir.IRBuilder, e: Expr, args: Sequence[ir.Value]) -> ir.Value:
+    x = args[0]
+    t = x.type
+    act = activations.EMITTED_OPS.get(e.op)
+    if act is not None:
+        return activations.emit(_LaneMath(b, t), x, act, ACTIVATIONS[act].params_of(e.attrs))
+    if e.op in ("Identity", "Dropout"):
+        return x
+    if e.op == "Neg":
+        return b.fneg(x)
+    if e.op in ("Max", "Min"):  # the scalar code's intrinsic (NaN in either operand gives NaN)
+        name = f"llvm.{'maximum' if e.op == 'Max' else 'minimum'}.v{t.count}f32"
+        return b.call(U.declare(b.module, name, t, [t, t]), [x, args[1]])
+    if e.op == "PRelu":
+        zero = ir.Constant(t, [0.0] * t.count)
+        return b.select(b.fcmp_ordered(">", x, zero), x, b.fmul(x, args[1]))
+    return _binary(b, e.op, x, args[1], _F32)
+
+
+def _lane_row(b: ir.IRBuilder, group: FusedElementwise, vw: int, out_ptr: ir.Value, in_ptrs: Sequence[ir.Value],
+              offs: list[ir.Value], inner: list[int], start: int | ir.Value, stop: int | ir.Value) -> None:
+    """Elements [start, stop) of the innermost dim in vectors of `vw` lanes, the last one masked. An
+    operand with stride 0 along it (a per-channel scale) is loaded and splatted once per row. A vector
+    is loaded before the store, so an output in place over an operand reads each element first."""
+    vx = VecIR(b.module, b, vw)
+    names = [group.names[k] if k < len(group.names) else f"in{k}" for k in range(len(group.operands))]
+    hoisted = {k: vx.load_splat(vx.gep(in_ptrs[k], offs[1 + k]), name=names[k])
+               for k in range(len(group.operands)) if inner[1 + k] == 0}
+
+    def vec(j: ir.Value, mask: ir.Value | None) -> None:
+        loaded = dict(hoisted)
+        values: list[ir.Value] = []
+
+        def arg(ref: tuple[str, Any]) -> ir.Value:
+            kind, v = ref
+            if kind == "in":
+                if v not in loaded:
+                    loaded[v] = vx.load(vx.gep(in_ptrs[v], b.add(offs[1 + v], j)), mask, name=f"{names[v]}.v")
+                return loaded[v]
+            if kind == "expr":
+                return values[v]
+            return vx.fconst(v)
+
+        for e in group.exprs:
+            values.append(_lane_op(b, e, [arg(r) for r in e.args]))
+        vx.store(values[-1], vx.gep(out_ptr, b.add(offs[0], j)), mask)
+
+    if isinstance(start, int) and isinstance(stop, int):
+        full: int | ir.Value = start + (stop - start) // vw * vw
+        rest: int | ir.Value = stop - full
+    else:
+        start_v, stop_v = U.i64(start) if isinstance(start, int) else start, U.i64(stop) if isinstance(stop, int) else stop
+        rest = b.and_(b.sub(stop_v, start_v), U.i64(vw - 1), name="lanes.rest")
+        full = b.sub(stop_v, rest, name="lanes.full")
+    with U.for_range(b, start, full, "j", step=vw) as j:
+        vec(j, None)
+    if isinstance(rest, int):
+        if rest:
+            vec(U.i64(full), vx.lane_mask(rest))
+        return
+    with U.if_then(b, b.icmp_signed(">", rest, U.i64(0)), "lanes.tail"):
+        count = vx.splat(b.trunc(rest, U.I32))
+        vec(full, b.icmp_signed("<", vx.iota, count, name="lanes.mask"))
