@@ -36,13 +36,15 @@ def _assert_same_bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
     np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32), err_msg=what)
 
 
-def _check(g: Graph, feeds: list[np.ndarray], what: str) -> None:
+def _check(g: Graph, feeds: list[np.ndarray], what: str, steps: int | None = None) -> None:
+    """Bit-identical to the interpreter on the host's vectors (one and two threads) and AVX2's (two);
+    `steps`: the kernel calls the graph compiles to."""
     want = InterpreterBackend().compile(g).run(feeds)
-    for isa in _isas():
-        for threads in (1, 2):
-            got = CpuBackend().compile(g, threads=threads, isa=isa, cache=False).run(feeds)
-            for k, (a, b) in enumerate(zip(got, want)):
-                _assert_same_bits(a, np.asarray(b), f"{what} isa={isa} threads={threads} output {k}")
+    for isa, threads in [("host", 1), ("host", 2)] + [("avx2", 2)] * (len(_isas()) - 1):
+        ex = CpuBackend().compile(g, threads=threads, isa=isa, cache=False)
+        for k, (a, b) in enumerate(zip(ex.run(feeds), want)):
+            _assert_same_bits(a, np.asarray(b), f"{what} isa={isa} threads={threads} output {k}")
+        assert steps is None or ex.steps == steps, f"{what}: {ex.steps} steps"
 
 
 def _node(g: Graph, op: str, *ins, **attrs):
@@ -64,7 +66,7 @@ def test_batchnorm_relu_over_concat_agrees(hw) -> None:
     act = _node(g, "Relu", _node(g, "Add", _node(g, "Mul", cat, scale), shift))
     g.outputs = [_node(g, "Transpose", act, perm=[0, 2, 3, 1])]
     feeds = [_specials(rng.standard_normal((1, p) + hw).astype(F32)) for p in parts]
-    _check(g, feeds, f"hw={hw}")
+    _check(g, feeds, f"hw={hw}", steps=2)
 
 
 @pytest.mark.parametrize("shapes", [
@@ -111,3 +113,55 @@ def test_which_groups_run_in_vectors() -> None:
         assert f"<{vw} x float>" in text and f"llvm.masked.store.v{vw}f32" in text  # 35 = 2 * 16 + 3
     assert "x float>" not in str(EW.emit_fused(ir.Module(), "k", _group("Relu")))
     assert "x float>" not in str(EW.emit_fused(ir.Module(), "k", _group("Sigmoid"), 16))
+
+
+@pytest.mark.parametrize("axis", [1, 2, -1])
+@pytest.mark.parametrize("op", ["Relu", "Floor"])  # vector rows, and the scalar loop
+def test_concat_joins_its_only_readers_loop(axis, op) -> None:
+    """A Concat whose output only an elementwise group reads is no step of its own: each part's slab is
+    a loop of the group's kernel, along any axis, a part repeated, odd part sizes."""
+    rng = np.random.default_rng(2)
+    shapes = [(2, 3, 5, 7), (2, 3, 5, 7), (2, 3, 5, 7)]
+    ax = axis % 4
+    for s, size in zip(shapes, (3, 1, 4)):
+        s_ = list(s)
+        s_[ax] = size
+        shapes[shapes.index(s)] = tuple(s_)
+    g = Graph("concat_group")
+    xs = [g.add_input(f"x{i}", TensorType(F32, s)) for i, s in enumerate(shapes)]
+    cat = _node(g, "Concat", xs[0], xs[1], xs[2], xs[0], axis=axis)
+    out_shape = cat.shape
+    bias = g.add_constant("bias", rng.standard_normal(out_shape[ax:]).astype(F32))
+    g.outputs = [_node(g, "Transpose", _node(g, op, _node(g, "Add", cat, bias)), perm=[3, 2, 1, 0])]
+    feeds = [_specials(rng.standard_normal(s).astype(F32)) for s in shapes]
+    _check(g, feeds, f"{op} axis={axis}", steps=2)
+
+
+def test_concat_read_elsewhere_stays_a_step() -> None:
+    g = Graph("concat_shared")
+    a = g.add_input("a", TensorType(F32, (1, 3, 4, 4)))
+    b = g.add_input("b", TensorType(F32, (1, 5, 4, 4)))
+    cat = _node(g, "Concat", a, b, axis=1)
+    g.outputs = [_node(g, "Relu", cat), _node(g, "Transpose", cat, perm=[0, 2, 3, 1])]
+    rng = np.random.default_rng(3)
+    _check(g, [rng.standard_normal((1, 3, 4, 4)).astype(F32), rng.standard_normal((1, 5, 4, 4)).astype(F32)], "shared",
+           steps=3)
+
+
+def test_integer_concat_group_agrees() -> None:
+    """The scalar loop of a non-float group over a Concat (int32 Add, bool Where)."""
+    i32 = np.dtype(np.int32)
+    g = Graph("concat_int")
+    a = g.add_input("a", TensorType(i32, (2, 3, 9)))
+    b = g.add_input("b", TensorType(i32, (2, 2, 9)))
+    cat = _node(g, "Concat", a, b, axis=1)
+    one = g.add_constant("one", np.array(7, i32))
+    s = _node(g, "Add", cat, one)
+    g.outputs = [_node(g, "Where", _node(g, "Greater", s, one), s, cat)]
+    rng = np.random.default_rng(4)
+    feeds = [rng.integers(-20, 20, (2, 3, 9), dtype=i32), rng.integers(-20, 20, (2, 2, 9), dtype=i32)]
+    want = InterpreterBackend().compile(g).run(feeds)[0]
+    for threads in (1, 2):
+        ex = CpuBackend().compile(g, threads=threads, cache=False)
+        np.testing.assert_array_equal(ex.run(feeds)[0], want, err_msg=f"threads={threads}")
+        assert ex.steps == 1
