@@ -25,6 +25,7 @@ from llvmlite import ir
 from glowpy.backends.cpu import activations
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.kernels import lowfloat
+from glowpy.backends.cpu.vector import PTR, VecIR
 from glowpy.errors import UnsupportedDatatype, UnsupportedOperator
 from glowpy.ir.activations import ACTIVATIONS
 from glowpy.ir.ops import OPS
@@ -457,7 +458,7 @@ def _binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: np.dtype) ->
 @dataclass
 class Expr:
     """One op of a fused group. Args: ("in", k) external operand k, ("expr", j) an earlier expr,
-    ("imm", value) a scalar constant of the arg's dtype."""
+    ("imm", value) a scalar constant of the arg's dtype, ("cat", 0) the group's Concat (FusedElementwise)."""
 
     op: str
     attrs: dict[str, Any]
@@ -475,13 +476,16 @@ class Operand:
 
 @dataclass
 class FusedElementwise:
-    """A fused group: evaluates `exprs` in order per element; the last expr is stored to the output."""
+    """A fused group: evaluates `exprs` in order per element; the last expr is stored to the output.
+    With `concat` = (axis, operand indices), ("cat", 0) reads the concatenation of those operands along
+    the axis of the output, which is never stored: each part's slab of the output is a loop of its own."""
 
     out_shape: tuple[int, ...]
     out_dtype: np.dtype
     operands: list[Operand]
     exprs: list[Expr]
     names: list[str] = field(default_factory=list)  # operand parameter names
+    concat: tuple[int, list[int]] | None = None
 
 
 def broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
@@ -496,30 +500,79 @@ def broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]
     return strides
 
 
-def emit_fused(module: ir.Module, name: str, group: FusedElementwise) -> ir.Function:
-    """void name(out, in_0, ..., in_k, i32 tid, i32 nthreads)"""
-    params = [("out", U.ptr_type(group.out_dtype))]
+@dataclass
+class _Region:
+    """A box of the output, looped over on its own: merged dims, per pointer (output first) its
+    element strides and the offset of the box's first element, and the exprs with ("cat", 0) resolved."""
+
+    dims: list[int]
+    strides: list[list[int]]
+    bases: list[int]
+    exprs: list[Expr]
+
+
+def _regions(group: FusedElementwise) -> list[_Region]:
+    out = group.out_shape
+    full = [broadcast_strides(out, out)] + [broadcast_strides(o.shape, out) for o in group.operands]
+    if group.concat is None:
+        boxes = [(out, full, [0] * len(full), group.exprs)]
+    else:
+        axis, parts = group.concat
+        boxes, at = [], 0
+        for k in parts:
+            box = out[:axis] + (group.operands[k].shape[axis],) + out[axis + 1:]
+            strides = [list(s) for s in full]
+            bases = [s[axis] * at for s in full]
+            for j in parts:  # the other parts are not read in this box
+                strides[1 + j], bases[1 + j] = [0] * len(out), 0
+            strides[1 + k] = broadcast_strides(group.operands[k].shape, box)
+            exprs = [Expr(e.op, e.attrs, [("in", k) if r[0] == "cat" else r for r in e.args], e.in_dtypes, e.dtype,
+                          e.name) for e in group.exprs]
+            boxes.append((box, strides, bases, exprs))
+            at += box[axis]
+    regions = []
+    for box, strides, bases, exprs in boxes:
+        dims, merged = U.merge_nest(box, strides)
+        if not dims:  # a single element
+            dims, merged = [1], [[0] for _ in strides]
+        if math.prod(dims):
+            regions.append(_Region(dims, merged, bases, exprs))
+    return regions
+
+
+def emit_fused(module: ir.Module, name: str, group: FusedElementwise, vector_width: int | None = None
+               ) -> ir.Function:
+    """void name(out, in_0, ..., in_k, i32 tid, i32 nthreads). With `vector_width`, a float32 group of
+    arithmetic ops runs its innermost dim in vectors of that many lanes (_lane_row)."""
+    regions = _regions(group)
+    lanes = vector_width if vector_width and lane_group(group) and all(
+        r.strides[0][-1] == 1 and {s[-1] for s in r.strides} <= {0, 1} for r in regions) else None
+    params = [("out", PTR if lanes else U.ptr_type(group.out_dtype))]
     for k, opnd in enumerate(group.operands):
         pname = group.names[k] if k < len(group.names) else f"in{k}"
-        params.append((pname, U.ptr_type(opnd.dtype)))
+        params.append((pname, PTR if lanes else U.ptr_type(opnd.dtype)))
     params += [("tid", U.I32), ("nthreads", U.I32)]
     fn, b = U.new_function(module, name, params)
     out_ptr, in_ptrs = fn.args[0], fn.args[1:1 + len(group.operands)]
     tid, nt = fn.args[-2], fn.args[-1]
-    out_shape = group.out_shape
-    all_strides = [broadcast_strides(out_shape, out_shape)] + [
-        broadcast_strides(o.shape, out_shape) for o in group.operands]
-    dims, strides = U.merge_nest(out_shape, all_strides)
-    if not dims:  # a single element
-        dims, strides = [1], [[0] for _ in all_strides]
-    if math.prod(dims) == 0:
-        b.ret_void()
-        return fn
+    for r in regions:
+        _nest(b, group, r, lanes, out_ptr, in_ptrs, tid, nt)
+    b.ret_void()
+    return fn
+
+
+def _nest(b: ir.IRBuilder, group: FusedElementwise, r: _Region, lanes: int | None, out_ptr: ir.Value,
+          in_ptrs: Sequence[ir.Value], tid: ir.Value, nt: ir.Value) -> None:
+    """The loops over one region; threads split its outermost dim."""
+    dims, strides = r.dims, r.strides
     lo, hi = U.thread_range(b, dims[0], tid, nt)
-    offsets = [U.i64(0)] * len(all_strides)
+    inner = [s[-1] for s in strides]
 
     def nest(level: int, offs: list[ir.Value]) -> None:
         start, stop = (lo, hi) if level == 0 else (0, dims[level])
+        if lanes and level == len(dims) - 1:
+            _lane_row(b, group, r.exprs, lanes, out_ptr, in_ptrs, offs, inner, start, stop)
+            return
         with U.for_range(b, start, stop, f"i{level}") as i:
             new = []
             for a, off in enumerate(offs):
@@ -533,15 +586,13 @@ def emit_fused(module: ir.Module, name: str, group: FusedElementwise) -> ir.Func
             if level + 1 < len(dims):
                 nest(level + 1, new)
             else:
-                _body(b, group, out_ptr, in_ptrs, new)
+                _body(b, group, r.exprs, out_ptr, in_ptrs, new)
 
-    nest(0, offsets)
-    b.ret_void()
-    return fn
+    nest(0, [U.i64(base) for base in r.bases])
 
 
-def _body(b: ir.IRBuilder, group: FusedElementwise, out_ptr: ir.Value, in_ptrs: Sequence[ir.Value],
-          offs: list[ir.Value]) -> None:
+def _body(b: ir.IRBuilder, group: FusedElementwise, exprs: list[Expr], out_ptr: ir.Value,
+          in_ptrs: Sequence[ir.Value], offs: list[ir.Value]) -> None:
     loaded: dict[int, ir.Value] = {}
     values: list[ir.Value] = []
 
@@ -557,7 +608,137 @@ def _body(b: ir.IRBuilder, group: FusedElementwise, out_ptr: ir.Value, in_ptrs: 
             return values[v]
         return U.const(dtype, v)
 
-    for e in group.exprs:
+    for e in exprs:
         args = [arg(r, dt) for r, dt in zip(e.args, e.in_dtypes)]
         values.append(scalar_op(b, e.op, e.attrs, args, e.in_dtypes, e.dtype))
     U.store(b, out_ptr, offs[0], values[-1], group.out_dtype)
+
+
+# --- the vector row ------------------------------------------------------------------------------
+
+# Ops whose float32 code below is the scalar code's instructions on vectors (same bits per element).
+_LANE_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "PRelu", "Identity", "Dropout"})
+_F32 = np.dtype(np.float32)
+
+
+class _Transcendental(Exception):
+    """An activation needs exp / tanh / erf: libm per element, which a vector row does not call."""
+
+
+class _Probe:
+    """Walks an activation's emitter without building code, to learn whether it needs _Transcendental."""
+
+    def const(self, v):
+        return None
+
+    bound = const
+
+    def add(self, a, b):
+        return None
+
+    sub = mul = div = add
+
+    def cmp(self, op, a, b):
+        return None
+
+    def select(self, c, a, b):
+        return None
+
+    def exp(self, x):
+        raise _Transcendental
+
+    expm1 = tanh = erf = exp
+
+
+def _lane_expr(e: Expr) -> bool:
+    if e.dtype != _F32 or any(np.dtype(d) != _F32 for d in e.in_dtypes):
+        return False
+    act = activations.EMITTED_OPS.get(e.op)
+    if act is None:
+        return e.op in _LANE_OPS
+    try:
+        activations.emit(_Probe(), None, act, ACTIVATIONS[act].params_of(e.attrs))
+    except _Transcendental:
+        return False
+    return True
+
+
+def lane_group(group: FusedElementwise) -> bool:
+    """Whether every operand and value of `group` is float32 and every op has a vector form."""
+    return (group.out_dtype == _F32 and all(o.dtype == _F32 for o in group.operands)
+            and all(_lane_expr(e) for e in group.exprs))
+
+
+class _LaneMath(activations.ScalarMath):
+    """ScalarMath on float32 vectors: the same instructions, constants splatted over the lanes."""
+
+    def const(self, v: float) -> ir.Value:
+        return ir.Constant(self.t, [float(v)] * self.t.count)
+
+    bound = const
+
+
+def _lane_op(b: ir.IRBuilder, e: Expr, args: Sequence[ir.Value]) -> ir.Value:
+    x = args[0]
+    t = x.type
+    act = activations.EMITTED_OPS.get(e.op)
+    if act is not None:
+        return activations.emit(_LaneMath(b, t), x, act, ACTIVATIONS[act].params_of(e.attrs))
+    if e.op in ("Identity", "Dropout"):
+        return x
+    if e.op == "Neg":
+        return b.fneg(x)
+    if e.op in ("Max", "Min"):  # the scalar code's intrinsic (NaN in either operand gives NaN)
+        name = f"llvm.{'maximum' if e.op == 'Max' else 'minimum'}.v{t.count}f32"
+        return b.call(U.declare(b.module, name, t, [t, t]), [x, args[1]])
+    if e.op == "PRelu":
+        zero = ir.Constant(t, [0.0] * t.count)
+        return b.select(b.fcmp_ordered(">", x, zero), x, b.fmul(x, args[1]))
+    return _binary(b, e.op, x, args[1], _F32)
+
+
+def _lane_row(b: ir.IRBuilder, group: FusedElementwise, exprs: list[Expr], vw: int, out_ptr: ir.Value,
+              in_ptrs: Sequence[ir.Value], offs: list[ir.Value], inner: list[int], start: int | ir.Value,
+              stop: int | ir.Value) -> None:
+    """Elements [start, stop) of the innermost dim in vectors of `vw` lanes, the last one masked. An
+    operand with stride 0 along it (a per-channel scale) is loaded and splatted once per row. A vector
+    is loaded before the store, so an output in place over an operand reads each element first."""
+    vx = VecIR(b.module, b, vw)
+    names = [group.names[k] if k < len(group.names) else f"in{k}" for k in range(len(group.operands))]
+    used = sorted({r[1] for e in exprs for r in e.args if r[0] == "in"})
+    hoisted = {k: vx.load_splat(vx.gep(in_ptrs[k], offs[1 + k]), name=names[k]) for k in used if inner[1 + k] == 0}
+
+    def vec(j: ir.Value, mask: ir.Value | None) -> None:
+        loaded = dict(hoisted)
+        values: list[ir.Value] = []
+
+        def arg(ref: tuple[str, Any]) -> ir.Value:
+            kind, v = ref
+            if kind == "in":
+                if v not in loaded:
+                    loaded[v] = vx.load(vx.gep(in_ptrs[v], b.add(offs[1 + v], j)), mask, name=f"{names[v]}.v")
+                return loaded[v]
+            if kind == "expr":
+                return values[v]
+            return vx.fconst(v)
+
+        for e in exprs:
+            values.append(_lane_op(b, e, [arg(r) for r in e.args]))
+        vx.store(values[-1], vx.gep(out_ptr, b.add(offs[0], j)), mask)
+
+    if isinstance(start, int) and isinstance(stop, int):
+        full: int | ir.Value = start + (stop - start) // vw * vw
+        rest: int | ir.Value = stop - full
+    else:
+        start_v, stop_v = U.i64(start) if isinstance(start, int) else start, U.i64(stop) if isinstance(stop, int) else stop
+        rest = b.and_(b.sub(stop_v, start_v), U.i64(vw - 1), name="lanes.rest")
+        full = b.sub(stop_v, rest, name="lanes.full")
+    with U.for_range(b, start, full, "j", step=vw) as j:
+        vec(j, None)
+    if isinstance(rest, int):
+        if rest:
+            vec(U.i64(full), vx.lane_mask(rest))
+        return
+    with U.if_then(b, b.icmp_signed(">", rest, U.i64(0)), "lanes.tail"):
+        count = vx.splat(b.trunc(rest, U.I32))
+        vec(full, b.icmp_signed("<", vx.iota, count, name="lanes.mask"))
