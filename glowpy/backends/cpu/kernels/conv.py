@@ -477,8 +477,9 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
 # Winograd F(mh x mw, 3x3): Y = A_h^T [ (G_h g G_w^T) . (B_h^T d B_w) ] A_w per mh x mw output tile:
 # (mh+2)(mw+2) products per tile and channel pair instead of 9 mh mw multiplies, exact up to float rounding.
 # Each axis takes the 1-D F(2, 3) (4 points) or F(4, 3) (6 points): F(2x2) is 2.25x fewer multiplies,
-# F(2x4) 3x, F(4x4) 4x. F(4, 3) interpolates at 0, 1, -1, 2, -1/2 (and infinity): a search over small
-# rationals found no set with a smaller float32 error (the mirror 0, 1, -1, -2, 1/2 is within 20%).
+# F(2x4) 3x, F(4x4) 4x. F(4, 3) interpolates at 0, 1, -1, 2, -1/2 (and infinity): a search over pairs of
+# small rationals next to 0, +-1 found none with a clearly smaller float32 error (best: the mirror
+# 0, 1, -1, -2, 1/2, max error 0.82x, rms 0.98x), so F(4x4)'s error is not a matter of points.
 WINOGRAD = True
 _WG = {
     2: np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]]),
@@ -497,9 +498,8 @@ WINO_MIN_TILE_VECTORS = 3
 # two 32-channel stem layers alone: its error is amplified by the layers after it, which a kernel cannot
 # see, so it is left out; F(2x4)'s error is the direct kernel's, so it is bounded like the direct kernel's.
 WINOGRAD_TILES: tuple[tuple[int, int], ...] = ((2, 4), (2, 2))
-# Maps this large (in output pixels) leave the input rows a panel gathers out of L2 between panels;
-# F(2x2)'s 16 gathers per 4 outputs then cost more than its saved multiplies (inception_v3's 147x147
-# stem: 4.9 ms direct against 5.5 ms F(2x2), C = 32, M = 64).
+# On maps this large (output pixels) F(2x2)'s 16 gathers per 4 outputs cost more than its saved multiplies
+# (inception_v3's 147x147 stem, C = 32, M = 64: 4.7-4.9 ms direct, 5.2-5.5 ms F(2x2), 4.2-4.6 ms F(2x4)).
 WINO_F2_MAX_PIXELS = 128 * 128
 
 
@@ -512,15 +512,20 @@ def use_winograd(geo: _Geometry) -> bool:
 def winograd_tile(geo: _Geometry, vw: int) -> tuple[int, int] | None:
     """Output tile (mh, mw) for this layer, or None for no Winograd: the first of WINOGRAD_TILES whose
     tiles fill WINO_MIN_TILE_VECTORS vectors or whose transformed weights fit WINO_CACHED_WEIGHTS, and whose
-    patches do not outnumber F(2x2)'s (small maps: larger tiles would compute mostly padding); measured per
-    layer shape of ResNet-50, inception_v3 and googlenet at AVX-512 and AVX2 widths."""
+    patches, counted in whole vectors of tiles, do not outnumber F(2x2)'s (small maps: larger tiles would
+    compute mostly padding or empty lanes, e.g. F(2x4) on densenet's 7x7 maps: 8 tiles in 16 lanes, 0.028
+    against 0.021 ms); measured per 3x3 layer shape of ResNet-50, inception_v3, googlenet, densenet and
+    squeezenet (tools/bench_kernels.py --winograd)."""
     if not use_winograd(geo):
         return None
-    f2_patches = math.ceil(geo.OH / 2) * math.ceil(geo.OW / 2) * 16
+    def lanes(t: int) -> int:
+        return math.ceil(t / vw) * vw
+
+    f2_patches = lanes(math.ceil(geo.OH / 2) * math.ceil(geo.OW / 2)) * 16
     for mh, mw in WINOGRAD_TILES:
         tiles = math.ceil(geo.OH / mh) * math.ceil(geo.OW / mw)
         patches = (mh + 2) * (mw + 2)
-        if (mh, mw) != (2, 2) and tiles * patches >= f2_patches:
+        if (mh, mw) != (2, 2) and lanes(tiles) * patches >= f2_patches:
             continue
         if (mh, mw) == (2, 2) and geo.P > WINO_F2_MAX_PIXELS:
             continue
