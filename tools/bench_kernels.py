@@ -2,6 +2,7 @@
 kernel tests share.
 
     python tools/bench_kernels.py [--repeats N] [--threads 1 2] [--no-ort] [--pools] [--small] [--cold]
+    python tools/bench_kernels.py --winograd MODEL.onnx [...] [--cpu-clock]
 
 For every distinct ResNet-50 conv layer shape (batch 1), and gemm at 512^3, prints GFLOP/s single- and
 two-threaded next to numpy's matmul of the same FLOPs, then the sum of the conv layer times against
@@ -10,11 +11,14 @@ medians of several repeats; the machine is shared, so expect noise of several pe
 vector MaxPool / AveragePool kernel on the zoo's pooling layers instead (ms and input taps per ns).
 `--small` times the small-map layers (P = OH*OW <= 300) of inception_v3, googlenet and densenet121 instead;
 `--cold` evicts the caches before every call, as a whole model does (its weights never stay cached).
+`--winograd`: per 3x3 stride-1 conv of the given models, the time and float64 error of each kernel choice
+(what conv.winograd_tile's selection is measured against).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import statistics
 import sys
@@ -198,12 +202,17 @@ def time_numpy(fn: Callable[[], object], repeats: int = 7, min_time: float = 0.0
 
 def resnet50_convs() -> list[dict]:
     """Distinct conv layers of the random-weight ResNet-50 (batch 1), with how often each occurs."""
+    from tools.prepare_models import prepare
+
+    return model_convs(prepare("resnet50"))
+
+
+def model_convs(path) -> list[dict]:
+    """Distinct conv layers of an ONNX model with static shapes, with how often each occurs."""
     import onnx
     from onnx import numpy_helper, shape_inference
 
-    from tools.prepare_models import prepare
-
-    model = shape_inference.infer_shapes(onnx.load(str(prepare("resnet50"))))
+    model = shape_inference.infer_shapes(onnx.load(str(path)))
     g = model.graph
     shapes = {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
               for vi in list(g.value_info) + list(g.input) + list(g.output)}
@@ -324,6 +333,70 @@ def bench_pools(args, vw: int, pools: dict) -> None:
         print(f"{name:<28}{str(xs[1:]):<20}{row}", flush=True)
 
 
+@contextlib.contextmanager
+def forced_winograd(tile: tuple[int, int] | None):
+    """Every qualifying 3x3 conv takes Winograd F(mh x mw) = tile (None: no Winograd) while inside, whatever
+    conv.winograd_tile's selection says: the per-layer comparison that selection is tuned against."""
+    from glowpy.backends.cpu.kernels import conv
+
+    chosen = conv.winograd_tile
+    conv.winograd_tile = lambda geo, vw: tile if conv.use_winograd(geo) else None
+    try:
+        yield
+    finally:
+        conv.winograd_tile = chosen
+
+
+def _conv_ref64(x: np.ndarray, w: np.ndarray, pads) -> np.ndarray:
+    """Stride-1 3x3 conv in float64 (im2col + matmul), batch 1."""
+    xp = np.pad(x[0].astype(np.float64), ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh, ow = xp.shape[1] - 2, xp.shape[2] - 2
+    cols = np.stack([xp[:, i:i + oh, j:j + ow] for i in range(3) for j in range(3)], 1)
+    return (w.reshape(w.shape[0], -1).astype(np.float64) @ cols.reshape(-1, oh * ow)).reshape(1, -1, oh, ow)
+
+
+def winograd_table(paths: list[str], repeats: int, cpu_clock: bool) -> None:
+    """Per distinct 3x3 stride-1 conv of these models: 1-thread time of the non-Winograd kernel, F(2x2),
+    F(2x4) and F(4x4), each one's largest error against float64 relative to the largest output (ReLU-like input,
+    He-scaled weights: the model's own weights are not what the error depends on), and the selection's pick."""
+    from glowpy.backends.cpu.kernels import conv
+
+    vw = host_vector_width()
+    rng = np.random.default_rng(0)
+    print(f"Winograd per layer, vector width {vw}; 1 thread, medians of {repeats} repeats "
+          f"({'thread CPU time' if cpu_clock else 'wall clock'}); err = max |y - y64| / max |y64|")
+    tiles = (None, (2, 2), (2, 4), (4, 4))
+    names = ["none" if t is None else f"{t[0]}x{t[1]}" for t in tiles]
+    print(f"{'model':<15}{'layer C,HxW->M':<17}{'n':>2} | ms " + " ".join(f"{n:>6}" for n in names)
+          + " | err " + " ".join(f"{n:>8}" for n in names) + " | pick")
+    for path in paths:
+        for layer in model_convs(path):
+            n, c, h, w_ = layer["x_shape"]
+            geo = conv._Geometry(layer["x_shape"], layer["w"].shape, layer["strides"], layer["pads"],
+                                 layer["dilations"], layer["group"])
+            if not conv.use_winograd(geo) or n != 1:
+                continue
+            x = np.maximum(rng.standard_normal(layer["x_shape"]), 0).astype(np.float32)
+            wt = (rng.standard_normal(layer["w"].shape) * np.sqrt(2 / (9 * c))).astype(np.float32)
+            ref = _conv_ref64(x, wt, layer["pads"])
+            out = np.empty(ref.shape, np.float32)
+            times, errs = [], []
+            for tile in tiles:
+                with forced_winograd(tile):
+                    k = JitKernel(lambda m, nm, L=layer, W=wt: conv.emit_conv2d(
+                        m, nm, x_shape=L["x_shape"], w=W, bias=None, strides=L["strides"], pads=L["pads"],
+                        dilations=L["dilations"], group=1, activation="none", activation_params=(),
+                        has_residual=False, vector_width=vw), name="conv")
+                times.append(time_kernel(k, out, x, repeats=repeats, cpu_clock=cpu_clock))
+                k(out, x)
+                errs.append(np.abs(out - ref).max() / np.abs(ref).max())
+            pick = names[tiles.index(conv.winograd_tile(geo, vw))]
+            desc = f"{c},{h}x{w_}->{geo.M}"
+            print(f"{Path(path).name.split('.')[0]:<15}{desc:<17}{layer['count']:>2} |    "
+                  + " ".join(f"{t * 1e3:6.3f}" for t in times) + " |     "
+                  + " ".join(f"{e:8.1e}" for e in errs) + f" | {pick}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     from glowpy.backends.cpu.kernels.conv import emit_conv2d
     from glowpy.backends.cpu.kernels.gemm import emit_gemm
@@ -340,7 +413,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-clock", action="store_true",
                     help="single-thread columns in thread CPU time (robust on a loaded machine); 2T stays wall")
     ap.add_argument("--pools", action="store_true", help="the pooling kernels instead of conv and gemm")
+    ap.add_argument("--winograd", nargs="+", metavar="MODEL.onnx",
+                    help="instead: per 3x3 stride-1 conv of these models, no Winograd vs F(2x2), F(2x4), F(4x4)")
     args = ap.parse_args(argv)
+    if args.winograd:
+        winograd_table(args.winograd, args.repeats, args.cpu_clock)
+        return 0
     vw = args.vector_width or host_vector_width()
     pools = {t: ThreadPool(t) for t in args.threads if t > 1}
     if args.pools:

@@ -1,6 +1,7 @@
-"""Winograd F(4x4, 3x3) and F(2x2, 3x3) on the cpu backend against the interpreter and onnx's reference
-evaluator: maps that are not multiples of the tile, asymmetric and no padding, C and M not multiples of the
-vector width, batch 2, a fused residual Add + Relu, host ISA (1 and 3 threads) and isa="avx2" (2 threads)."""
+"""Winograd F(2x2, 3x3), F(2x4, 3x3) and F(4x4, 3x3) on the cpu backend against the interpreter and onnx's
+reference evaluator: maps that are not multiples of the tile, asymmetric and no padding, C and M not multiples
+of the vector width, batch 2, a fused residual Add + Relu, host ISA (1 and 3 threads) and isa="avx2" (2
+threads); the selection per layer shape; each tile's float32 error against float64."""
 
 from __future__ import annotations
 
@@ -13,31 +14,24 @@ import glowpy
 from glowpy.backends.cpu.kernels import conv
 from glowpy.backends.cpu.kernels.conv import _Geometry, winograd_tile
 from glowpy.backends.cpu.target import isa_available
+from tools.bench_kernels import JitKernel, _conv_ref64, forced_winograd
 
-# id: (x shape, M, pads, output tile the layer takes at vector widths 16 and 8)
+# id: (x shape, M, pads)
 SHAPES = {
-    "odd_13x13_C19_M37": ((1, 19, 13, 13), 37, (1, 1, 1, 1), 4),
-    "rect_asym_pads": ((1, 24, 10, 7), 20, (0, 1, 2, 0), 4),
-    "valid_14x11": ((1, 16, 14, 11), 18, (0, 0, 0, 0), 4),
-    "batch2_9x9": ((2, 20, 9, 9), 24, (1, 1, 1, 1), 4),
-    "many_tiles_26x21": ((1, 17, 26, 21), 33, (1, 1, 1, 1), 4),
-    "resnet_28_C128": ((1, 128, 28, 28), 128, (1, 1, 1, 1), 4),
-    "f2_5x5": ((1, 16, 5, 5), 16, (1, 1, 1, 1), 2),
+    "odd_13x13_C19_M37": ((1, 19, 13, 13), 37, (1, 1, 1, 1)),
+    "rect_asym_pads": ((1, 24, 10, 7), 20, (0, 1, 2, 0)),
+    "valid_14x11": ((1, 16, 14, 11), 18, (0, 0, 0, 0)),
+    "batch2_9x9": ((2, 20, 9, 9), 24, (1, 1, 1, 1)),
+    "many_tiles_26x21": ((1, 17, 26, 21), 33, (1, 1, 1, 1)),
+    "resnet_28_C128": ((1, 128, 28, 28), 128, (1, 1, 1, 1)),
+    "f2_5x5": ((1, 16, 5, 5), 16, (1, 1, 1, 1)),
 }
-
-
-DEFAULT_TILES = conv.WINOGRAD_TILES  # before any test widens it
-
-
-@pytest.fixture(autouse=True)
-def f4_allowed(monkeypatch):
-    """F(4x4) is out of the default selection (conv.WINOGRAD_TILES); these tests choose and run it.
-    Every cpu compile here passes cache=False, so no kernel of the other selection is reused."""
-    monkeypatch.setattr(conv, "WINOGRAD_TILES", (4, 2))
-
-
-def test_the_default_selection_leaves_f4_out() -> None:
-    assert DEFAULT_TILES == (2,)
+F22, F24, F44 = (2, 2), (2, 4), (4, 4)
+# (shape, tile): every tile on maps that are not multiples of it (the smallest maps only fit F(2x2): larger
+# tiles would leave most lanes of their one vector empty)
+CASES = ([(s, F24) for s in ("odd_13x13_C19_M37", "batch2_9x9", "many_tiles_26x21", "resnet_28_C128")]
+         + [(s, F44) for s in ("odd_13x13_C19_M37", "many_tiles_26x21", "resnet_28_C128")]
+         + [(s, F22) for s in ("rect_asym_pads", "valid_14x11", "f2_5x5")])
 
 
 def _geo(x_shape, m, pads) -> _Geometry:
@@ -66,19 +60,18 @@ def _model(x_shape, m: int, pads, seed: int = 0):
     return model, feeds
 
 
-@pytest.mark.parametrize("name", list(SHAPES))
-def test_shapes_take_the_intended_tile(name: str) -> None:
-    x_shape, m, pads, tile = SHAPES[name]
-    for vw in (16, 8):
-        assert winograd_tile(_geo(x_shape, m, pads), vw) == tile, f"vector width {vw}"
-
-
 @pytest.mark.parametrize("isa", ["host", "avx2"])
-@pytest.mark.parametrize("name", list(SHAPES))
-def test_winograd_against_interpreter(name: str, isa: str) -> None:
+@pytest.mark.parametrize("name,tile", CASES, ids=[f"{s}-F{t[0]}x{t[1]}" for s, t in CASES])
+def test_winograd_against_interpreter(name: str, tile, isa: str, monkeypatch) -> None:
+    """The selection restricted to one tile takes it on this layer (at both vector widths), and the kernel
+    matches the interpreter. Every cpu compile here passes cache=False, so no kernel of another selection
+    is reused."""
     if isa == "avx2" and not isa_available("avx2"):
         pytest.skip("host has no AVX2")
-    x_shape, m, pads, _ = SHAPES[name]
+    x_shape, m, pads = SHAPES[name]
+    monkeypatch.setattr(conv, "WINOGRAD_TILES", (tile,))
+    for vw in (16, 8):
+        assert winograd_tile(_geo(x_shape, m, pads), vw) == tile, f"vector width {vw}"
     model, feeds = _model(x_shape, m, pads)
     want = glowpy.compile(model, backend="interpreter").run(feeds)["out"]
     ref = ReferenceEvaluator(model).run(None, feeds)[0]
@@ -92,21 +85,56 @@ def test_winograd_against_interpreter(name: str, isa: str) -> None:
         assert np.sqrt(np.mean((got - want) ** 2)) < 1e-5
 
 
-# ResNet-50's 3x3 stride-1 layers: F(4x4) on the 56 and 28 maps, F(2x2) at 14 (F(4x4)'s 16 tiles fill one
-# panel and its 9.4 MB of transformed weights are re-read from memory), none at 7x7 with 512 channels
-# (F(2x2)'s 16.7 MB of weights cost more than the direct kernel's multiplies).
-RESNET = [((64, 56), 4), ((128, 28), 4), ((256, 14), 2), ((512, 7), 0), ((64, 14), 4)]
-
-
 @pytest.mark.parametrize("vw", [16, 8])
-@pytest.mark.parametrize("layer,tile", RESNET, ids=[f"C{c}_{hw}" for (c, hw), _ in RESNET])
-def test_resnet_layer_choice(layer, tile: int, vw: int) -> None:
+def test_error_against_float64_bounds_the_selection(vw: int) -> None:
+    """On a 128-channel layer (ReLU-like input, He-scaled weights), the tiles the selection may take stay
+    within 2x the direct kernel's largest error against float64; F(4x4), left out, does not."""
+    rng = np.random.default_rng(0)
+    x = np.maximum(rng.standard_normal((1, 128, 14, 14)), 0).astype(np.float32)
+    w = (rng.standard_normal((64, 128, 3, 3)) * np.sqrt(2 / (9 * 128))).astype(np.float32)
+    ref = _conv_ref64(x, w, (1, 1, 1, 1))
+    errs = {}
+    for tile in (None, F22, F24, F44):
+        with forced_winograd(tile):
+            k = JitKernel(lambda mod, name: conv.emit_conv2d(
+                mod, name, x_shape=x.shape, w=w, bias=None, strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1),
+                group=1, activation="none", activation_params=(), has_residual=False, vector_width=vw))
+        out = np.empty(ref.shape, np.float32)
+        k(out, x)
+        errs[tile] = np.abs(out - ref).max() / np.abs(ref).max()
+    for tile in conv.WINOGRAD_TILES:
+        assert errs[tile] < 2 * errs[None], (tile, errs)
+    assert F44 not in conv.WINOGRAD_TILES and errs[F44] > 2 * errs[None], errs
+
+
+# ResNet-50's 3x3 stride-1 layers (C = M, padding 1): F(2x4) on the 56 and 28 maps and on small channel
+# counts, F(2x2) at 14x14 with 256 channels at AVX-512 width (F(2x4)'s 28 tiles fill under 3 panels of
+# 16 and its 6.3 MB of transformed weights are re-read from memory), none at 7x7 with 512 channels
+# (F(2x2)'s 16.7 MB of weights cost more than the direct kernel's multiplies); inception_v3's 147x147 stem:
+# F(2x4); a 7x7 map with few channels: F(2x2) at AVX-512 width (F(2x4)'s 8 tiles would fill half a vector).
+LAYERS = [((64, 56), F24, F24), ((128, 28), F24, F24), ((256, 14), F22, F24), ((512, 7), None, None),
+          ((64, 14), F24, F24), ((32, 147), F24, F24), ((96, 35), F24, F24), ((32, 7), F22, F24)]
+
+
+@pytest.mark.parametrize("layer,tile16,tile8", LAYERS, ids=[f"C{c}_{hw}" for (c, hw), *_ in LAYERS])
+def test_layer_choice(layer, tile16, tile8) -> None:
     c, hw = layer
-    assert winograd_tile(_geo((1, c, hw, hw), c, (1, 1, 1, 1)), vw) == tile
+    for vw, tile in ((16, tile16), (8, tile8)):
+        assert winograd_tile(_geo((1, c, hw, hw), c, (1, 1, 1, 1)), vw) == tile, f"vector width {vw}"
+
+
+def test_f2_stays_off_the_largest_maps(monkeypatch) -> None:
+    """A map past WINO_F2_MAX_PIXELS takes no F(2x2) (F(2x4) still qualifies there)."""
+    geo = _geo((1, 32, 147, 147), 64, (1, 1, 1, 1))
+    assert geo.P > conv.WINO_F2_MAX_PIXELS
+    assert winograd_tile(geo, 16) == F24
+    monkeypatch.setattr(conv, "WINOGRAD_TILES", (F22,))
+    assert winograd_tile(geo, 16) is None
+    assert winograd_tile(_geo((1, 32, 74, 74), 64, (1, 1, 1, 1)), 16) == F22
 
 
 def test_no_winograd_for_strides_groups_or_few_channels() -> None:
-    assert winograd_tile(_Geometry((1, 64, 28, 28), (64, 64, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1), 16) == 0
-    assert winograd_tile(_Geometry((1, 64, 28, 28), (64, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2), 16) == 0
-    assert winograd_tile(_Geometry((1, 8, 28, 28), (64, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1), 16) == 0
-    assert winograd_tile(_Geometry((1, 64, 28, 28), (64, 64, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1), 16) == 0
+    assert winograd_tile(_Geometry((1, 64, 28, 28), (64, 64, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1), 16) is None
+    assert winograd_tile(_Geometry((1, 64, 28, 28), (64, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2), 16) is None
+    assert winograd_tile(_Geometry((1, 8, 28, 28), (64, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1), 16) is None
+    assert winograd_tile(_Geometry((1, 64, 28, 28), (64, 64, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1), 16) is None

@@ -668,26 +668,33 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_bytes)
 
 
-# Winograd F(m x m, 3x3): Y = A^T [ (G g G^T) . (B^T d B) ] A per m x m output tile: (m+2)^2 products per
-# tile and channel pair instead of 9 m^2 multiplies, exact up to float rounding. F(2x2) (4x4 patches, 2.25x
-# fewer) and F(4x4) (6x6 patches, 4x fewer) are implemented; winograd_tile picks one per layer shape.
-# F(4x4) interpolates at 0, 1, -1, 2, -1/2 (and infinity): against the usual 0, +-1, +-2 its transforms
-# have smaller constants: float32 error max ~1.8e-5 against ~3.2e-5 at C=128 on unit-scale outputs.
+# Winograd F(mh x mw, 3x3): Y = A_h^T [ (G_h g G_w^T) . (B_h^T d B_w) ] A_w per mh x mw output tile:
+# (mh+2)(mw+2) products per tile and channel pair instead of 9 mh mw multiplies, exact up to float rounding.
+# Each axis takes the 1-D F(2, 3) (4 points) or F(4, 3) (6 points): F(2x2) is 2.25x fewer multiplies,
+# F(2x4) 3x, F(4x4) 4x. F(4, 3) interpolates at 0, 1, -1, 2, -1/2 (and infinity): a search over pairs of
+# small rationals next to 0, +-1 found none with a clearly smaller float32 error (best: the mirror
+# 0, 1, -1, -2, 1/2, max error 0.82x, rms 0.98x), so F(4x4)'s error is not a matter of points.
 WINOGRAD = True
 _WG = {
     2: np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]]),
     4: np.array([[1, 0, 0], [-1 / 3, -1 / 3, -1 / 3], [1 / 3, -1 / 3, 1 / 3], [1 / 15, 2 / 15, 4 / 15],
                  [-16 / 15, 8 / 15, -4 / 15], [0, 0, 1]]),
 }
-# A Winograd variant streams its transformed weights ((m+2)^2 / 9 times the direct ones) once per panel of
-# tiles. It pays where the weights stay cached between panels or the map has enough tiles to fill the
-# panels; elsewhere (ResNet's 7x7 maps with 512 channels, 14x14 with 256 for F(4x4)) the direct paths win.
+# A Winograd variant streams its transformed weights ((mh+2)(mw+2) / 9 times the direct ones) once per
+# panel of tiles. It pays where the weights stay cached between panels or the map has enough tiles to fill
+# the panels; elsewhere (ResNet's 7x7 maps with 512 channels, 14x14 with 256 for F(4x4)) the direct paths win.
 WINO_CACHED_WEIGHTS = 4 * 1024 * 1024
 WINO_MIN_TILE_VECTORS = 3
-# The tile edges the selection may take. F(4x4) is faster on ResNet-50's 56 and 28 maps but its larger
-# transform constants put the zoo's inception_v3 at 1.5e-4 from float64 where onnxruntime is at 5e-5
-# (tools/zoo/truth.py), past the zoo tolerance: it stays out of the default until its error is bounded.
-WINOGRAD_TILES: tuple[int, ...] = (2,)
+# The tiles the selection may take, (mh, mw), preferred first. Float32 error against float64, per layer
+# relative to the largest output (tools/bench_kernels.py --winograd, C = 32..512): F(2x2) ~0.5x the direct
+# kernel's (its sums are 9x shorter), F(2x4) ~1x, F(4x4) ~3.5x. F(4x4) put the zoo's inception_v3 at
+# 1.5e-4 from float64 (onnxruntime: 6e-5; the direct kernel 7.6e-5), past the zoo tolerance, even on its
+# two 32-channel stem layers alone: its error is amplified by the layers after it, which a kernel cannot
+# see, so it is left out; F(2x4)'s error is the direct kernel's, so it is bounded like the direct kernel's.
+WINOGRAD_TILES: tuple[tuple[int, int], ...] = ((2, 4), (2, 2))
+# On maps this large (output pixels) F(2x2)'s 16 gathers per 4 outputs cost more than its saved multiplies
+# (inception_v3's 147x147 stem, C = 32, M = 64: 4.7-4.9 ms direct, 5.2-5.5 ms F(2x2), 4.2-4.6 ms F(2x4)).
+WINO_F2_MAX_PIXELS = 128 * 128
 
 
 def use_winograd(geo: _Geometry) -> bool:
@@ -696,96 +703,104 @@ def use_winograd(geo: _Geometry) -> bool:
             and geo.group == 1 and geo.Cg >= 16 and geo.M >= 16 and geo.OH >= 2 and geo.OW >= 2)
 
 
-def winograd_tile(geo: _Geometry, vw: int) -> int:
-    """Output tile edge for this layer: 4, 2, or 0 for no Winograd. F(m x m) qualifies when its tiles fill
-    WINO_MIN_TILE_VECTORS vectors or its transformed weights fit WINO_CACHED_WEIGHTS; the larger tile
-    wins when both qualify (measured per ResNet-50 layer shape, AVX-512 and AVX2 vector widths)."""
+def winograd_tile(geo: _Geometry, vw: int) -> tuple[int, int] | None:
+    """Output tile (mh, mw) for this layer, or None for no Winograd: the first of WINOGRAD_TILES whose
+    tiles fill WINO_MIN_TILE_VECTORS vectors or whose transformed weights fit WINO_CACHED_WEIGHTS, and whose
+    patches, counted in whole vectors of tiles, do not outnumber F(2x2)'s (small maps: larger tiles would
+    compute mostly padding or empty lanes, e.g. F(2x4) on densenet's 7x7 maps: 8 tiles in 16 lanes, 0.028
+    against 0.021 ms); measured per 3x3 layer shape of ResNet-50, inception_v3, googlenet, densenet and
+    squeezenet (tools/bench_kernels.py --winograd)."""
     if not use_winograd(geo):
-        return 0
-    tiles = {m: math.ceil(geo.OH / m) * math.ceil(geo.OW / m) for m in (4, 2)}  # (both: F(4x4) compares)
-    for m in WINOGRAD_TILES:
-        if m == 4 and tiles[4] * 36 >= tiles[2] * 16:  # small maps: 6x6 patches would compute mostly padding
+        return None
+    def lanes(t: int) -> int:
+        return math.ceil(t / vw) * vw
+
+    f2_patches = lanes(math.ceil(geo.OH / 2) * math.ceil(geo.OW / 2)) * 16
+    for mh, mw in WINOGRAD_TILES:
+        tiles = math.ceil(geo.OH / mh) * math.ceil(geo.OW / mw)
+        patches = (mh + 2) * (mw + 2)
+        if (mh, mw) != (2, 2) and lanes(tiles) * patches >= f2_patches:
             continue
-        if tiles[m] >= WINO_MIN_TILE_VECTORS * vw or (m + 2) ** 2 * geo.Cg * geo.M * 4 <= WINO_CACHED_WEIGHTS:
-            return m
-    return 0
+        if (mh, mw) == (2, 2) and geo.P > WINO_F2_MAX_PIXELS:
+            continue
+        if tiles >= WINO_MIN_TILE_VECTORS * vw or patches * geo.Cg * geo.M * 4 <= WINO_CACHED_WEIGHTS:
+            return mh, mw
+    return None
 
 
-def _wino_input(vx: VecIR, d: list[list], m: int) -> list:
-    """B^T d B for an (m+2) x (m+2) patch of vectors (lanes = tiles): index (m+2)*i + j."""
-    b = vx.b
-
-    def rows2(x0, x1, x2, x3):
+def _bt_rows(vx: VecIR, xs: list) -> tuple:
+    """B^T x along one axis of a patch: 4 points (F(2, 3)) or 6 (F(4, 3))."""
+    b, c = vx.b, vx.fconst
+    if len(xs) == 4:
+        x0, x1, x2, x3 = xs
         return (b.fsub(x0, x2, name="bt0"), b.fadd(x1, x2, name="bt1"), b.fsub(x2, x1, name="bt2"),
                 b.fsub(x1, x3, name="bt3"))
-
-    def rows4(x0, x1, x2, x3, x4, x5):  # B^T rows: [1, 3/2, -2, -3/2, 1, 0], [0, -1, -5/2, -1/2, 1, 0],
-        c = vx.fconst  # [0, 1, 1/2, -5/2, 1, 0], [0, -1/2, -1, 1/2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 1, 3/2, -2, -3/2, 1]
-        d13, d42 = b.fsub(x1, x3, name="d13"), b.fsub(x4, x2, name="d42")
-        return (vx.fma(c(-2.0), x2, vx.fma(c(1.5), d13, b.fadd(x0, x4)), name="bt0"),
-                vx.fma(c(-2.5), x2, vx.fma(c(-0.5), x3, b.fsub(x4, x1)), name="bt1"),
-                vx.fma(c(0.5), x2, vx.fma(c(-2.5), x3, b.fadd(x1, x4)), name="bt2"),
-                vx.fma(c(-0.5), d13, d42, name="bt3"), vx.fma(c(2.0), d13, d42, name="bt4"),
-                vx.fma(c(-2.0), x3, vx.fma(c(-1.5), d42, b.fadd(x1, x5)), name="bt5"))
-
-    rows, a = (rows2, 4) if m == 2 else (rows4, 6)
-    t = list(zip(*[rows(*[d[i][j] for i in range(a)]) for j in range(a)]))  # t[i][j]
-    out = []
-    for i in range(a):
-        out.extend(rows(*t[i]))
-    return out
+    # B^T rows: [1, 3/2, -2, -3/2, 1, 0], [0, -1, -5/2, -1/2, 1, 0], [0, 1, 1/2, -5/2, 1, 0],
+    # [0, -1/2, -1, 1/2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 1, 3/2, -2, -3/2, 1]
+    x0, x1, x2, x3, x4, x5 = xs
+    d13, d42 = b.fsub(x1, x3, name="d13"), b.fsub(x4, x2, name="d42")
+    return (vx.fma(c(-2.0), x2, vx.fma(c(1.5), d13, b.fadd(x0, x4)), name="bt0"),
+            vx.fma(c(-2.5), x2, vx.fma(c(-0.5), x3, b.fsub(x4, x1)), name="bt1"),
+            vx.fma(c(0.5), x2, vx.fma(c(-2.5), x3, b.fadd(x1, x4)), name="bt2"),
+            vx.fma(c(-0.5), d13, d42, name="bt3"), vx.fma(c(2.0), d13, d42, name="bt4"),
+            vx.fma(c(-2.0), x3, vx.fma(c(-1.5), d42, b.fadd(x1, x5)), name="bt5"))
 
 
-def _wino_output(vx: VecIR, mv: list, m: int) -> list:
-    """A^T M A for (m+2)^2 vectors M[(m+2)*i + j]: the m x m outputs, index m*a + c."""
-    b = vx.b
-
-    def out2(x0, x1, x2, x3):
+def _at_rows(vx: VecIR, xs: list) -> tuple:
+    """A^T x along one axis: 4 values to 2 outputs (F(2, 3)) or 6 to 4 (F(4, 3))."""
+    b, c = vx.b, vx.fconst
+    if len(xs) == 4:
+        x0, x1, x2, x3 = xs
         return b.fadd(b.fadd(x0, x1), x2, name="at0"), b.fsub(b.fsub(x1, x2), x3, name="at1")
+    # A^T rows: [1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -1/2, 0], [0, 1, 1, 4, 1/4, 0], [0, 1, -1, 8, -1/8, 1]
+    x0, x1, x2, x3, x4, x5 = xs
+    s12, d12 = b.fadd(x1, x2, name="s12"), b.fsub(x1, x2, name="d12")
+    return (b.fadd(b.fadd(x0, s12), b.fadd(x3, x4), name="at0"),
+            vx.fma(c(2.0), x3, vx.fma(c(-0.5), x4, d12), name="at1"),
+            vx.fma(c(4.0), x3, vx.fma(c(0.25), x4, s12), name="at2"),
+            vx.fma(c(8.0), x3, vx.fma(c(-0.125), x4, b.fadd(d12, x5)), name="at3"))
 
-    def out4(x0, x1, x2, x3, x4, x5):  # A^T rows: [1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -1/2, 0],
-        c = vx.fconst  # [0, 1, 1, 4, 1/4, 0], [0, 1, -1, 8, -1/8, 1]
-        s12, d12 = b.fadd(x1, x2, name="s12"), b.fsub(x1, x2, name="d12")
-        return (b.fadd(b.fadd(x0, s12), b.fadd(x3, x4), name="at0"),
-                vx.fma(c(2.0), x3, vx.fma(c(-0.5), x4, d12), name="at1"),
-                vx.fma(c(4.0), x3, vx.fma(c(0.25), x4, s12), name="at2"),
-                vx.fma(c(8.0), x3, vx.fma(c(-0.125), x4, b.fadd(d12, x5)), name="at3"))
 
-    rows, a = (out2, 4) if m == 2 else (out4, 6)
-    cols = [rows(*[mv[a * i + j] for i in range(a)]) for j in range(a)]  # cols[j][r] = row r, column j
-    out = []
-    for r in range(m):
-        out.extend(rows(*[cols[j][r] for j in range(a)]))
-    return out
+def _wino_input(vx: VecIR, d: list[list], ah: int, aw: int) -> list:
+    """B_h^T d B_w for an ah x aw patch of vectors (lanes = tiles), d[i][j]: index aw*i + j."""
+    cols = [_bt_rows(vx, [d[i][j] for i in range(ah)]) for j in range(aw)]  # cols[j][i]
+    return [v for i in range(ah) for v in _bt_rows(vx, [cols[j][i] for j in range(aw)])]
+
+
+def _wino_output(vx: VecIR, mv: list, ah: int, aw: int) -> list:
+    """A_h^T M A_w for ah*aw vectors M[aw*i + j]: the (ah-2) x (aw-2) outputs, index (aw-2)*r + c."""
+    cols = [_at_rows(vx, [mv[aw * i + j] for i in range(ah)]) for j in range(aw)]  # cols[j][r]
+    return [v for r in range(ah - 2) for v in _at_rows(vx, [cols[j][r] for j in range(aw)])]
 
 
 def _pack_winograd(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
-    """U = G g G^T as [(m+2)^2][m-block][C][MR], zero past M. Transformed in float64 one m-block at a time,
-    written straight into the float32 result (a whole-tensor float64 pass peaked at ~6x the weights)."""
+    """U = G_h g G_w^T as [(mh+2)(mw+2)][m-block][C][MR], zero past M. Transformed in float64 one m-block at
+    a time, written straight into the float32 result (a whole-tensor float64 pass peaked at ~6x the weights)."""
     C, M = geo.Cg, geo.M
-    wg = _WG[winograd_tile(geo, vw)]
-    taps = wg.shape[0] ** 2
+    mh, mw = winograd_tile(geo, vw)
+    gh, gw = _WG[mh], _WG[mw]
+    taps = gh.shape[0] * gw.shape[0]
     mr, _ = choose_tile(M, vw)
     mblocks = math.ceil(M / mr)
     out = np.zeros((taps, mblocks, C, mr), dtype=np.float32)
     for mb in range(mblocks):
         rows = w[mb * mr:min(M, (mb + 1) * mr)].astype(np.float64)
-        u = np.einsum("ai,mcij,bj->abcm", wg, rows, wg).reshape(taps, C, rows.shape[0])
+        u = np.einsum("ai,mcij,bj->abcm", gh, rows, gw).reshape(taps, C, rows.shape[0])
         out[:, mb, :, :rows.shape[0]] = u
     return [out.ravel(), bias]
 
 
 def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
-    """Winograd F(m x m, 3x3) with vectors over output tiles. Per panel of NR tiles a thread transforms the
-    input into T = (m+2)^2 B panels (C x NR, gathers of the patches), then per row block of output channels
+    """Winograd F(mh x mw, 3x3) with vectors over output tiles. Per panel of NR tiles a thread transforms the
+    input into T = (mh+2)(mw+2) B panels (C x NR, gathers of the patches), then per row block of output channels
     runs the T GEMMs with the register-blocked micro-kernel (transformed weights packed [T][m-block][C][MR]
-    at compile time), keeps the T results in scratch, and transforms them back to m x m pixels per tile
+    at compile time), keeps the T results in scratch, and transforms them back to mh x mw pixels per tile
     with bias, residual and activation (scatter into NCHW)."""
     C, M = geo.Cg, geo.M
-    m = winograd_tile(geo, vw)
-    a = m + 2
-    T = a * a
-    th, tw = math.ceil(geo.OH / m), math.ceil(geo.OW / m)
+    mh, mw = winograd_tile(geo, vw)
+    ah, aw = mh + 2, mw + 2
+    T = ah * aw
+    th, tw = math.ceil(geo.OH / mh), math.ceil(geo.OW / mw)
     tiles = th * tw
     mr, nv = choose_tile(M, vw)
     nv = min(nv, math.ceil(tiles / vw))  # few tiles: a narrower panel keeps the T B panels dense (in L1)
@@ -820,40 +835,40 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
 
         def run(nvec: int, last_lanes: int) -> None:
             t0v = vx.splat(t0, name="t0v")
-            # per vector: the patch origin's input index, T tap masks; the output index, m*m output masks.
+            # per vector: the patch origin's input index, T tap masks; the output index, mh*mw output masks.
             # A tap's gather is the origin index from the plane shifted by the tap's constant offset.
             origin, tapmask, opix, outmask = [], [], [], []
             for v in range(nvec):
                 t = b.add(t0v, b.add(vx.iota, vx.iconst(v * vw)), name=f"tile{v}")
                 ty = b.udiv(t, vx.iconst(tw), name="ty")
                 tx = b.urem(t, vx.iconst(tw), name="tx")
-                oy = b.mul(ty, vx.iconst(m), name="oy")
-                ox = b.mul(tx, vx.iconst(m), name="ox")
+                oy = b.mul(ty, vx.iconst(mh), name="oy")
+                ox = b.mul(tx, vx.iconst(mw), name="ox")
                 live = vx.lane_mask(last_lanes) if (last_lanes and v == nvec - 1) else None
                 oky = [b.icmp_unsigned("<", b.add(oy, vx.iconst(i - geo.pt)), vx.iconst(geo.H), name="oky")
-                       for i in range(a)]
+                       for i in range(ah)]
                 okx = [b.icmp_unsigned("<", b.add(ox, vx.iconst(j - geo.pl)), vx.iconst(geo.W), name="okx")
-                       for j in range(a)]
+                       for j in range(aw)]
                 if live is not None:
                     oky = [b.and_(ok, live, name="inpanel") for ok in oky]
-                tapmask.append([b.and_(oky[i], okx[j], name="inimg") for i in range(a) for j in range(a)])
+                tapmask.append([b.and_(oky[i], okx[j], name="inimg") for i in range(ah) for j in range(aw)])
                 origin.append(b.add(b.mul(oy, vx.iconst(geo.W)), ox, name="pidx"))
                 oka = [b.icmp_unsigned("<", b.add(oy, vx.iconst(r)), vx.iconst(geo.OH), name="oka")
-                       for r in range(m)]
+                       for r in range(mh)]
                 okc = [b.icmp_unsigned("<", b.add(ox, vx.iconst(c_)), vx.iconst(geo.OW), name="okc")
-                       for c_ in range(m)]
+                       for c_ in range(mw)]
                 if live is not None:
                     oka = [b.and_(ok, live, name="inpanel") for ok in oka]
-                outmask.append([b.and_(oka[r], okc[c_], name="inout") for r in range(m) for c_ in range(m)])
+                outmask.append([b.and_(oka[r], okc[c_], name="inout") for r in range(mh) for c_ in range(mw)])
                 opix.append(b.add(b.mul(oy, vx.iconst(geo.OW)), ox, name="oidx"))
 
             # input transform: V[xi][c][tile] into T panels of C x NR
             lp = Loop(vx, "wino.c", 0, C)
             plane = vx.gep(x_img, vx.off((lp.i, geo.HW)), name="plane")
             for v in range(nvec):
-                d = [[vx.gather(vx.gep(plane, (i - geo.pt) * geo.W + j - geo.pl), origin[v], tapmask[v][a * i + j],
-                                name=f"d{i}{j}") for j in range(a)] for i in range(a)]
-                for xi, val in enumerate(_wino_input(vx, d, m)):
+                d = [[vx.gather(vx.gep(plane, (i - geo.pt) * geo.W + j - geo.pl), origin[v], tapmask[v][aw * i + j],
+                                name=f"d{i}{j}") for j in range(aw)] for i in range(ah)]
+                for xi, val in enumerate(_wino_input(vx, d, ah, aw)):
                     vx.store(val, vx.gep(vbuf, vx.off((lp.i, nr), xi * C * nr + v * vw)))
             lp.close()
 
@@ -880,8 +895,8 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
                 mrow = vx.gep(mbuf, vx.off((rl.i, nr)), name="mrow")
                 for v in range(nvec):
                     mv = [vx.load(vx.gep(mrow, xi * mr * nr + v * vw), name="mv") for xi in range(T)]
-                    for k, y in enumerate(_wino_output(vx, mv, m)):
-                        shift = (k // m) * geo.OW + k % m
+                    for k, y in enumerate(_wino_output(vx, mv, ah, aw)):
+                        shift = (k // mw) * geo.OW + k % mw
                         ok = outmask[v][k]
                         val = vx.fadd(y, bias_v)
                         if has_residual:
