@@ -58,5 +58,6 @@ def rand(shape, dtype=np.float32, seed: int = 0) -> np.ndarray:
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "heavy: the tests whose compiles dominate the suite's time (the full onnx node-case and op-test "
-                   "sweeps, the big light models, the model zoo): the second step of the README's test command (-m heavy; -m 'not heavy' "
+                   "sweeps, the big light models, the random-weight models, the model zoo, the random-graph differential "
+                   "tests, the activation, recurrent and batched-matmul kernel sweeps): the second step of the README's test command (-m heavy; -m 'not heavy' "
                    "for the rest)")

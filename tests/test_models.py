@@ -27,6 +27,7 @@ def test_light_model_matches_shipped_output(name: str, backend: str) -> None:
     np.testing.assert_allclose(out, expected, rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", RANDOM_MODELS)
 def test_random_weight_model_matches_onnxruntime(name: str, backend: str, random_model) -> None:
     path = random_model(name)

@@ -42,7 +42,7 @@ def _code_key(compiled: glowpy.CompiledModel) -> str:
     return compiled.executable.code_key
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.heavy) if m == "resnet50" else m for m in MODELS])
 def test_every_entry_runs_the_same_pipeline(name: str, model_paths: dict[str, Path], tmp_path: Path) -> None:
     path = model_paths[name]
     proto = onnx.load(str(path))

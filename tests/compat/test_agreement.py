@@ -84,6 +84,7 @@ def test_cheap_and_full_paths_agree(source: str, backend: str) -> None:
         assert counts[False, False] >= MIN_BOTH_REJECT[source], counts
 
 
+@pytest.mark.heavy
 def test_value_dependent_verdicts_say_what_they_assumed() -> None:
     # Every accepted verdict with assumptions names an operand in its reason.
     for case in ops_cases()[:400]:

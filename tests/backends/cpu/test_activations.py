@@ -19,6 +19,8 @@ from glowpy.ir.graph import Graph
 from glowpy.ir.ops import OPS
 from glowpy.ir.types import TensorType
 
+pytestmark = pytest.mark.heavy  # one compile per activation and host: the suite's second step
+
 F32 = np.float32
 NAMES = sorted(EMITTERS)
 # Non-default parameters where an activation has any (defaults are covered by the ONNX test).

@@ -14,6 +14,8 @@ import glowpy
 from glowpy.backends.cpu.kernels import batched
 from glowpy.backends.cpu.target import isa_available
 
+pytestmark = pytest.mark.heavy  # batched matrix products at many shapes: the suite's second step
+
 F32 = np.float32
 ISAS = ["host"] + (["avx2"] if isa_available("avx2") else [])
 

@@ -20,6 +20,8 @@ from glowpy.ir.graph import Graph, Value
 
 from .util import assert_close
 
+pytestmark = pytest.mark.heavy  # random graphs, one compile each: the suite's second step
+
 F32 = np.dtype(np.float32)
 
 

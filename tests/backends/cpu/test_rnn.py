@@ -17,6 +17,8 @@ from glowpy.ir.types import TensorType
 
 from .util import assert_close
 
+pytestmark = pytest.mark.heavy  # recurrent kernels at several sizes: the suite's second step
+
 F32 = np.float32
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULTS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
