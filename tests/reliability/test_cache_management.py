@@ -59,6 +59,24 @@ def test_eviction_removes_least_recently_used_first(tmp_path: Path) -> None:
     assert (d / "onnxifi" / "lib.so").exists()
 
 
+def test_stores_list_the_directory_only_when_the_cap_may_be_crossed(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    listings = []
+    real = cache.entries
+    monkeypatch.setattr(cache, "entries", lambda d: listings.append(d) or real(d))
+    monkeypatch.setenv("GLOWPY_CACHE_MAX_BYTES", "1M")
+    store = cache.ObjectCache(tmp_path / "c")
+    for i in range(2 * cache.EVICT_EVERY):  # 128 small entries: far under the cap
+        assert store.put(f"k{i}", b"x" * 100)
+    assert len(listings) == 2  # the first store, and one after EVICT_EVERY more (other processes' writes)
+    del listings[:]
+    for i in range(12):  # 100 KB each: the cap is crossed after ten, and the store that crosses it evicts
+        assert store.put(f"big{i}", b"y" * 100_000)
+    assert len(listings) == 2
+    assert sum(size for _, size, _ in real(tmp_path / "c")) <= 1 << 20
+    assert store.get("big11") == b"y" * 100_000 and store.get("big0") is None  # least recently used went
+
+
 def test_a_hit_refreshes_an_entry(fresh_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     glowpy.compile(conv_model(0), threads=1)
     flush()

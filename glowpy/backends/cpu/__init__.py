@@ -71,6 +71,7 @@ from glowpy.ir.types import BFLOAT16
 
 OPTIONS = ("threads", "cache", "fast_kernels", "profile", "release_weights", "isa")
 MAX_THREADS = 256
+COLLECT_MIN_WEIGHT_BYTES = 16 << 20  # below this a dropped graph's weights are not worth a full collection
 # Outputs come from np.empty (16-byte aligned at least); kernels assume element alignment only.
 _ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _RELEASE_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -487,9 +488,12 @@ class CpuBackend(Backend):
     def compile(self, graph: Graph, **options: Any) -> CpuExecutable:
         # Building LLVM IR in llvmlite allocates ~10^5 small objects and no cycles worth collecting
         # meanwhile; the cyclic collector's passes over them cost a quarter of a cached compile.
-        # Collect first, though: the caller's unoptimized graph (nodes and values point at each other)
-        # is usually cyclic garbage by now, holding a model's worth of weights.
-        gc.collect()
+        # Collect first, though, when the weights are big: the caller's unoptimized graph (nodes and
+        # values point at each other) is usually cyclic garbage by now, holding a model's worth of
+        # them. A full collection costs time in proportion to the process's live objects (40 ms in a
+        # test process), too much to pay for a small graph's garbage.
+        if sum(v.type.nbytes for v in graph.constants.values()) >= COLLECT_MIN_WEIGHT_BYTES:
+            gc.collect()
         enabled = gc.isenabled()
         gc.disable()
         try:

@@ -21,9 +21,11 @@ file whose header or digest does not check out (truncated, corrupt, another form
 rebuilt: a corrupt object is never handed to LLVM.
 
 Size cap: $GLOWPY_CACHE_MAX_BYTES (bytes; a K, M or G suffix multiplies by 2^10, 2^20, 2^30;
-default 4G; 0 turns the cap off). After a process stores an entry it evicts the least recently used
-entries (by modification time; a hit touches the files it reads) until the directory holds at most
-90% of the cap. Another process may be reading an entry that is evicted: a file already open or
+default 4G; 0 turns the cap off). When the directory may be over the cap, a process that stores an
+entry evicts the least recently used entries (by modification time; a hit touches the files it reads)
+until the directory holds at most 90% of the cap. Listing the directory costs a stat per entry, so a
+process lists it again only once its own writes since the last listing could cross the cap, or after
+EVICT_EVERY stores (other processes' writes): the cap holds within what processes wrote meanwhile. Another process may be reading an entry that is evicted: a file already open or
 mapped stays readable (POSIX unlink), one not yet opened is a miss, so eviction is safe under
 concurrent processes. `glowpy cache info|clear|path` reports, empties or locates the directory.
 
@@ -43,6 +45,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -182,12 +185,49 @@ def _unlink(path: Path) -> bool:
         return False
 
 
+EVICT_EVERY = 64
+
+
+class _Listing:
+    """What this process knows of a directory's size: its total at the last listing, and what this
+    process stored since."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.written = 0
+        self.puts = EVICT_EVERY  # unknown until listed once
+
+    def due(self, cap: int) -> bool:
+        return self.puts >= EVICT_EVERY or 0 < cap < self.total + self.written
+
+
+_listings: dict[Path, _Listing] = {}
+_listings_lock = threading.Lock()
+
+
+def evict_if_due(directory: Path, stored: int) -> None:
+    """Count `stored` bytes written to `directory`; evict when the cap may have been crossed."""
+    cap = max_bytes()
+    with _listings_lock:
+        listing = _listings.setdefault(directory, _Listing())
+        listing.written += stored
+        listing.puts += 1
+        if not listing.due(cap):
+            return
+        listing.written, listing.puts = 0, 0
+    _, total = _evict(directory, cap)
+    with _listings_lock:
+        listing.total = total
+
+
 def evict(directory: Path, cap: int | None = None) -> int:
     """Remove least recently used entries until the directory holds at most 90% of `cap` (default:
     max_bytes()); stale temporary files go first. Returns the bytes removed."""
-    import time
+    return _evict(directory, max_bytes() if cap is None else cap)[0]
 
-    cap = max_bytes() if cap is None else cap
+
+def _evict(directory: Path, cap: int) -> tuple[int, int]:
+    """evict(); (bytes removed, bytes left)."""
     found = entries(directory)
     now = time.time()
     freed = 0
@@ -199,7 +239,7 @@ def evict(directory: Path, cap: int | None = None) -> int:
             keep.append((path, size, mtime))
     total = sum(size for _, size, _ in keep)
     if cap <= 0 or total <= cap:
-        return freed
+        return freed, total
     target = cap * 9 // 10
     for path, size, _ in keep:
         if total <= target:
@@ -209,7 +249,7 @@ def evict(directory: Path, cap: int | None = None) -> int:
         if _unlink(path):
             freed += size
         total -= size
-    return freed
+    return freed, total
 
 
 def clear(directory: Path) -> tuple[int, int]:
@@ -282,8 +322,9 @@ class ObjectCache:
     def put_index(self, signature: str, entry: dict[str, Any]) -> bool:
         return self.put(f"idx-{signature}", json.dumps(entry, sort_keys=True).encode())
 
-    def put(self, key: str, data: bytes) -> bool:
-        """Store atomically; False (one warning, no exception) if the directory cannot take it."""
+    def put(self, key: str, data: bytes, alongside: int = 0) -> bool:
+        """Store atomically; False (one warning, no exception) if the directory cannot take it.
+        `alongside`: bytes the caller wrote to the directory itself for this entry (counted for the cap)."""
         header = b" ".join([MAGIC, key.encode(), hashlib.sha256(data).hexdigest().encode()]) + b"\n"
 
         def write(f: BinaryIO) -> None:
@@ -295,7 +336,7 @@ class ObjectCache:
         except OSError as e:
             self._write_failed(e)
             return False
-        evict(self.directory)
+        evict_if_due(self.directory, len(header) + len(data) + alongside)
         return True
 
     def _write_failed(self, e: OSError) -> None:

@@ -251,7 +251,7 @@ class ModelCache:
             blob = pickle.dumps(meta, protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, RecursionError, TypeError, AttributeError):
             return False  # something in the graph (an attribute) does not pickle: no model entry
-        return self.store.put(f"model-{key}", blob)
+        return self.store.put(f"model-{key}", blob, alongside=size)
 
     def get(self, key: str) -> ModelEntry | None:
         blob = self.store.get(f"model-{key}")
