@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import glowpy
 from glowpy.errors import UnsupportedAttribute
+from tools.conformance import cast_defined
 
 from .util import Const, assert_compat_agrees, expect_error, node_model, run_oracle
 
@@ -54,22 +55,12 @@ def all_codes(name: str) -> np.ndarray:
     return np.arange(n, dtype=np.uint8).view(dt)
 
 
-INTEGER_TARGETS = ("INT32", "INT8", "UINT8", *SUBBYTE)
 
 
 def defined_for(x: np.ndarray, to: str) -> np.ndarray:
-    """The elements of `x` whose cast to `to` ONNX defines: a float value cast to a fixed-point type is
-    undefined out of its range (the reference's answer there follows ml_dtypes' version: 0 with ml_dtypes
-    0.7, a wrapped value before), so a float source keeps only what the integer target holds."""
-    if to not in INTEGER_TARGETS or np.dtype(x.dtype).kind in "iub" or type(x.dtype).__name__ == "int4":
-        return x
-    if str(x.dtype) in ("int4", "uint4", "int2", "uint2"):
-        return x
-    info = ml_dtypes.iinfo(np_type(to)) if to in SUBBYTE else np.iinfo(np_type(to))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        v = np.trunc(x.astype(np.float64))
-    return x[np.isfinite(v) & (v >= int(info.min)) & (v <= int(info.max))]
+    """The elements of `x` whose cast to `to` ONNX defines (tools.conformance.cast_defined)."""
+    mask = cast_defined(x, np_type(to))
+    return x if mask is None else x[mask]
 
 
 def check_bits(backend: str, op: str, inputs, *, opset: int, attrs: dict | None = None) -> None:
