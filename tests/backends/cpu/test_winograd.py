@@ -111,10 +111,10 @@ def test_error_against_float64_bounds_the_selection(vw: int) -> None:
 
 # ResNet-50's 3x3 stride-1 layers (C = M, padding 1): F(2x4) on the 56, 28 and 14 maps (at 14x14 with 256
 # channels its 28 tiles fit one panel, so its 6.3 MB of transformed weights are read once) and on small
-# channel counts, none at 7x7 with 512 channels (F(2x2)'s 16 tiles do not amortize its 16.7 MB of
-# weights); inception_v3's 147x147 stem: F(2x4); a 7x7 map with few channels: F(2x2) at AVX-512 width
-# (F(2x4)'s 8 tiles would fill half a vector).
-LAYERS = [((64, 56), F24, F24), ((128, 28), F24, F24), ((256, 14), F24, F24), ((512, 7), None, None),
+# channel counts, F(2x2) at 7x7 with 512 channels (16 tiles in one panel: its 16.7 MB are read once);
+# inception_v3's 147x147 stem: F(2x4); a 7x7 map with few channels: F(2x2) at AVX-512 width (F(2x4)'s 8
+# tiles would fill half a vector).
+LAYERS = [((64, 56), F24, F24), ((128, 28), F24, F24), ((256, 14), F24, F24), ((512, 7), F22, F22),
           ((64, 14), F24, F24), ((32, 147), F24, F24), ((96, 35), F24, F24), ((32, 7), F22, F24)]
 
 
@@ -130,11 +130,11 @@ def test_uncached_weights_need_one_panel_of_enough_tiles(monkeypatch) -> None:
     WINO_MIN_TILE_VECTORS vectors of tiles: Winograd where WINO_STREAM_TILES or more tiles fit one panel (the
     weights are read once), not below that count, nor where the tiles spill into a second panel."""
     monkeypatch.setattr(conv, "WINOGRAD_TILES", (F22,))
-    assert 16 * 288 * 288 * 4 > conv.WINO_CACHED_WEIGHTS and conv.WINO_STREAM_TILES == 24
-    assert winograd_tile(_geo((1, 288, 8, 12), 288, (1, 1, 1, 1)), 16) == F22  # 24 tiles, one panel of 32
-    assert winograd_tile(_geo((1, 288, 8, 10), 288, (1, 1, 1, 1)), 16) is None  # 20 tiles
+    assert 16 * 288 * 288 * 4 > conv.WINO_CACHED_WEIGHTS and conv.WINO_STREAM_TILES == 16
+    assert winograd_tile(_geo((1, 288, 8, 8), 288, (1, 1, 1, 1)), 16) == F22  # 16 tiles, one panel of 32
+    assert winograd_tile(_geo((1, 288, 6, 8), 288, (1, 1, 1, 1)), 16) is None  # 12 tiles
     assert winograd_tile(_geo((1, 288, 10, 14), 288, (1, 1, 1, 1)), 16) is None  # 35 tiles, two panels
-    assert winograd_tile(_geo((1, 64, 8, 10), 64, (1, 1, 1, 1)), 16) == F22  # 20 tiles, cached weights
+    assert winograd_tile(_geo((1, 64, 6, 8), 64, (1, 1, 1, 1)), 16) == F22  # 12 tiles, cached weights
 
 
 def test_f2_stays_off_the_largest_maps(monkeypatch) -> None:

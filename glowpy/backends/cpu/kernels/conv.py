@@ -682,13 +682,15 @@ _WG = {
 }
 # A Winograd variant streams its transformed weights ((mh+2)(mw+2) / 9 times the direct ones) once per
 # panel of tiles. It pays where the weights stay cached between panels, the map has enough tiles to fill
-# the panels, or all of its tiles, at least WINO_STREAM_TILES, fit one panel (each weight is read from
-# memory once, in one contiguous stream per row block, and serves that many tiles: 12+ flops per byte;
-# ResNet's 14x14 maps with 256 channels, F(2x4)'s 28 tiles: 0.68 ms warm / 1.18 ms cold against F(2x2)'s
-# 0.79 / 1.46 and the direct kernel's 1.04 / 1.26, Zen 5); elsewhere (ResNet's 7x7 maps with 512 channels:
-# F(2x2)'s 16 tiles, 16.7 MB of weights) the direct paths win.
+# the panels, or all of its tiles, at least WINO_STREAM_TILES, fit one panel: each weight is then read
+# from memory once, in one contiguous stream per row block prefetched WINO_PREFETCH_FLOATS ahead (the
+# hardware prefetcher alone left these layers 1.5-2x slower). Zen 5, 1 thread, warm / cold caches:
+# ResNet's 14x14 maps with 256 channels, F(2x4)'s 28 tiles 0.52 / 0.70 ms, F(2x2) 0.68 / 0.87, direct
+# 1.12 / 1.29; its 7x7 maps with 512 channels, F(2x2)'s 16 tiles (16.7 MB of weights) 0.89 / 1.08, direct
+# 1.29 / 1.42 (2.0 / 2.3 without the prefetch).
 WINO_CACHED_WEIGHTS = 4 * 1024 * 1024
-WINO_STREAM_TILES = 24
+WINO_STREAM_TILES = 16
+WINO_PREFETCH_FLOATS = 1024
 WINO_MIN_TILE_VECTORS = 3
 # The tiles the selection may take, (mh, mw), preferred first. Float32 error against float64, per layer
 # relative to the largest output (tools/bench_kernels.py --winograd, C = 32..512): F(2x2) ~0.5x the direct
@@ -889,7 +891,7 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
                 a_ptr = vx.gep(w_p, vx.off((mb, T * C * mr), (xl.i, C * mr)), name="uxi")
                 b_ptr = vx.gep(vbuf, vx.off((xl.i, C * nr)), name="vxi")
                 acc = emit_tile(vx, mr=rows, nv=nvec, kc=C, a_ptr=a_ptr, a_rs=1, a_ks=mr, b_ptr=b_ptr, b_ks=nr,
-                                name="wino")
+                                a_prefetch=WINO_PREFETCH_FLOATS, name="wino")
                 mrow = vx.gep(mbuf, vx.off((xl.i, mr * nr)), name="mxi")
                 for r in range(rows):
                     for v in range(nvec):
