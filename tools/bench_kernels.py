@@ -355,16 +355,17 @@ def _conv_ref64(x: np.ndarray, w: np.ndarray, pads) -> np.ndarray:
     return (w.reshape(w.shape[0], -1).astype(np.float64) @ cols.reshape(-1, oh * ow)).reshape(1, -1, oh, ow)
 
 
-def winograd_table(paths: list[str], repeats: int, cpu_clock: bool) -> None:
+def winograd_table(paths: list[str], repeats: int, cpu_clock: bool, cold: bool = False) -> None:
     """Per distinct 3x3 stride-1 conv of these models: 1-thread time of the non-Winograd kernel, F(2x2),
-    F(2x4) and F(4x4), each one's largest error against float64 relative to the largest output (ReLU-like input,
-    He-scaled weights: the model's own weights are not what the error depends on), and the selection's pick."""
+    F(2x4) and F(4x4) (cold: caches evicted before every call), each one's largest error against float64
+    relative to the largest output (ReLU-like input, He-scaled weights: the model's own weights are not what
+    the error depends on), and the selection's pick."""
     from glowpy.backends.cpu.kernels import conv
 
     vw = host_vector_width()
     rng = np.random.default_rng(0)
     print(f"Winograd per layer, vector width {vw}; 1 thread, medians of {repeats} repeats "
-          f"({'thread CPU time' if cpu_clock else 'wall clock'}); err = max |y - y64| / max |y64|")
+          f"({'thread CPU time' if cpu_clock else 'wall clock'}{', cold caches' if cold else ''}); err = max |y - y64| / max |y64|")
     tiles = (None, (2, 2), (2, 4), (4, 4))
     names = ["none" if t is None else f"{t[0]}x{t[1]}" for t in tiles]
     print(f"{'model':<15}{'layer C,HxW->M':<17}{'n':>2} | ms " + " ".join(f"{n:>6}" for n in names)
@@ -387,7 +388,8 @@ def winograd_table(paths: list[str], repeats: int, cpu_clock: bool) -> None:
                         m, nm, x_shape=L["x_shape"], w=W, bias=None, strides=L["strides"], pads=L["pads"],
                         dilations=L["dilations"], group=1, activation="none", activation_params=(),
                         has_residual=False, vector_width=vw), name="conv")
-                times.append(time_kernel(k, out, x, repeats=repeats, cpu_clock=cpu_clock))
+                timer = time_cold if cold else time_kernel
+                times.append(timer(k, out, x, repeats=repeats, cpu_clock=cpu_clock))
                 k(out, x)
                 errs.append(np.abs(out - ref).max() / np.abs(ref).max())
             pick = names[tiles.index(conv.winograd_tile(geo, vw))]
@@ -417,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="instead: per 3x3 stride-1 conv of these models, no Winograd vs F(2x2), F(2x4), F(4x4)")
     args = ap.parse_args(argv)
     if args.winograd:
-        winograd_table(args.winograd, args.repeats, args.cpu_clock)
+        winograd_table(args.winograd, args.repeats, args.cpu_clock, args.cold)
         return 0
     vw = args.vector_width or host_vector_width()
     pools = {t: ThreadPool(t) for t in args.threads if t > 1}

@@ -25,11 +25,13 @@ SHAPES = {
     "many_tiles_26x21": ((1, 17, 26, 21), 33, (1, 1, 1, 1)),
     "resnet_28_C128": ((1, 128, 28, 28), 128, (1, 1, 1, 1)),
     "f2_5x5": ((1, 16, 5, 5), 16, (1, 1, 1, 1)),
+    "resnet_14_C256": ((1, 256, 14, 14), 256, (1, 1, 1, 1)),
 }
 F22, F24, F44 = (2, 2), (2, 4), (4, 4)
 # (shape, tile): every tile on maps that are not multiples of it (the smallest maps only fit F(2x2): larger
 # tiles would leave most lanes of their one vector empty)
-CASES = ([(s, F24) for s in ("odd_13x13_C19_M37", "batch2_9x9", "many_tiles_26x21", "resnet_28_C128")]
+CASES = ([(s, F24) for s in ("odd_13x13_C19_M37", "batch2_9x9", "many_tiles_26x21", "resnet_28_C128",
+                              "resnet_14_C256")]
          + [(s, F44) for s in ("odd_13x13_C19_M37", "many_tiles_26x21", "resnet_28_C128")]
          + [(s, F22) for s in ("rect_asym_pads", "valid_14x11", "f2_5x5")])
 
@@ -107,12 +109,12 @@ def test_error_against_float64_bounds_the_selection(vw: int) -> None:
     assert F44 not in conv.WINOGRAD_TILES and errs[F44] > 2 * errs[None], errs
 
 
-# ResNet-50's 3x3 stride-1 layers (C = M, padding 1): F(2x4) on the 56 and 28 maps and on small channel
-# counts, F(2x2) at 14x14 with 256 channels at AVX-512 width (F(2x4)'s 28 tiles fill under 3 panels of
-# 16 and its 6.3 MB of transformed weights are re-read from memory), none at 7x7 with 512 channels
-# (F(2x2)'s 16.7 MB of weights cost more than the direct kernel's multiplies); inception_v3's 147x147 stem:
-# F(2x4); a 7x7 map with few channels: F(2x2) at AVX-512 width (F(2x4)'s 8 tiles would fill half a vector).
-LAYERS = [((64, 56), F24, F24), ((128, 28), F24, F24), ((256, 14), F22, F24), ((512, 7), None, None),
+# ResNet-50's 3x3 stride-1 layers (C = M, padding 1): F(2x4) on the 56, 28 and 14 maps (at 14x14 with 256
+# channels its 28 tiles fit one panel, so its 6.3 MB of transformed weights are read once) and on small
+# channel counts, F(2x2) at 7x7 with 512 channels (16 tiles in one panel: its 16.7 MB are read once);
+# inception_v3's 147x147 stem: F(2x4); a 7x7 map with few channels: F(2x2) at AVX-512 width (F(2x4)'s 8
+# tiles would fill half a vector).
+LAYERS = [((64, 56), F24, F24), ((128, 28), F24, F24), ((256, 14), F24, F24), ((512, 7), F22, F22),
           ((64, 14), F24, F24), ((32, 147), F24, F24), ((96, 35), F24, F24), ((32, 7), F22, F24)]
 
 
@@ -121,6 +123,18 @@ def test_layer_choice(layer, tile16, tile8) -> None:
     c, hw = layer
     for vw, tile in ((16, tile16), (8, tile8)):
         assert winograd_tile(_geo((1, c, hw, hw), c, (1, 1, 1, 1)), vw) == tile, f"vector width {vw}"
+
+
+def test_uncached_weights_need_one_panel_of_enough_tiles(monkeypatch) -> None:
+    """Transformed weights past WINO_CACHED_WEIGHTS (F(2x2) at 288 -> 288: 5.3 MB) on a map of fewer than
+    WINO_MIN_TILE_VECTORS vectors of tiles: Winograd where WINO_STREAM_TILES or more tiles fit one panel (the
+    weights are read once), not below that count, nor where the tiles spill into a second panel."""
+    monkeypatch.setattr(conv, "WINOGRAD_TILES", (F22,))
+    assert 16 * 288 * 288 * 4 > conv.WINO_CACHED_WEIGHTS and conv.WINO_STREAM_TILES == 16
+    assert winograd_tile(_geo((1, 288, 8, 8), 288, (1, 1, 1, 1)), 16) == F22  # 16 tiles, one panel of 32
+    assert winograd_tile(_geo((1, 288, 6, 8), 288, (1, 1, 1, 1)), 16) is None  # 12 tiles
+    assert winograd_tile(_geo((1, 288, 10, 14), 288, (1, 1, 1, 1)), 16) is None  # 35 tiles, two panels
+    assert winograd_tile(_geo((1, 64, 6, 8), 64, (1, 1, 1, 1)), 16) == F22  # 12 tiles, cached weights
 
 
 def test_f2_stays_off_the_largest_maps(monkeypatch) -> None:

@@ -77,11 +77,12 @@ def choose_tile(rows: int, vector_width: int) -> tuple[int, int]:
 
 
 def emit_tile(vx: VecIR, *, mr: int, nv: int, kc: int, a_ptr, a_rs: int, a_ks: int, b_ptr, b_ks: int,
-              b_masks=None, init=None, name: str = "tile") -> list[list]:
+              b_masks=None, init=None, a_prefetch: int = 0, name: str = "tile") -> list[list]:
     """acc[r][v] = init[r][v] + sum_{k < kc} A[r, k] * B[k, v*VW : (v+1)*VW].
 
     A[r, k] is the float at a_ptr + r*a_rs + k*a_ks (broadcast), B's vector (k, v) starts at
-    b_ptr + k*b_ks + v*VW (masked by b_masks[v] when given). Returns the accumulators (mr lists of nv).
+    b_ptr + k*b_ks + v*VW (masked by b_masks[v] when given). a_prefetch > 0: every k also prefetches A
+    that many floats ahead (A streamed from memory). Returns the accumulators (mr lists of nv).
     """
     b = vx.b
     if init is None:
@@ -93,6 +94,9 @@ def emit_tile(vx: VecIR, *, mr: int, nv: int, kc: int, a_ptr, a_rs: int, a_ks: i
     bv = [vx.load(vx.gep(bk, v * vx.vw), None if b_masks is None else b_masks[v], name=f"{name}.b{v}")
           for v in range(nv)]
     ak = vx.gep(a_ptr, vx.off((k, a_ks)), name=f"{name}.ak")
+    if a_prefetch:
+        pf = vx.intrinsic("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
+        b.call(pf, [vx.gep(ak, a_prefetch), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
     new = []
     for r in range(mr):
         a = vx.load_splat(vx.gep(ak, r * a_rs), name=f"{name}.a{r}")
