@@ -150,14 +150,23 @@ def fire_net() -> tuple[Graph, list[np.ndarray]]:
 
 
 def schedule(graph: Graph, nthreads: int) -> tuple[list, codegen.Program]:
-    """The worker's calls in order: step indices, and "|" for each barrier."""
+    """The worker's calls in order: step indices, and ("wait", step) for each wait, read from the IR."""
     prog = codegen.build(graph, host_target(), nthreads=nthreads)
     text = str(prog.module)
     worker = text[text.index('define internal void @"glowpy.worker"'):]
     worker = worker[:worker.index("\n}\n")]
     called = iter(k for k, s in enumerate(prog.steps) if s.fn is not None)
-    return ["|" if name == "glowpy.barrier" else next(called)
-            for name in re.findall(r'call void @"([^"]+)"', worker)], prog
+    order: list = []
+    for line in worker.splitlines():
+        done = re.search(r'%"step(\d+)\.done(\.\d+)?" = getelementptr', line)
+        call = re.search(r'call void @"([^"]+)"', line)
+        if done:
+            last_done = int(done.group(1))
+        elif call and call.group(1) == "glowpy.wait":
+            order.append(("wait", last_done))
+        elif call and call.group(1) != "glowpy.finish":
+            order.append(next(called))
+    return order, prog
 
 
 def test_independent_steps_follow_each_other_without_a_barrier() -> None:
@@ -166,7 +175,8 @@ def test_independent_steps_follow_each_other_without_a_barrier() -> None:
     names = [s.nodes[0].name for s in prog.steps]
     squeeze, e1, e3, cat = (names.index(n) for n in ("squeeze", "expand1", "expand3", "cat"))
     assert all(s.parallel for s in prog.steps)
-    assert order == [squeeze, "|", e1, e3, "|", cat, "|"]
+    assert order == [squeeze, ("wait", squeeze), e1, e3, ("wait", e1), ("wait", e3), cat, ("wait", cat)]
+    assert prog.waits == {e1: [squeeze], cat: [e1, e3], len(prog.steps): [cat]}
     want = CpuBackend().compile(graph, threads=1, cache=False).run(feeds)
     for n in (2, 3, 4):
         ex = CpuBackend().compile(graph, threads=n, cache=False)
@@ -184,7 +194,7 @@ def test_independent_steps_follow_each_other_without_a_barrier() -> None:
 
 def test_a_step_writing_over_the_previous_steps_scratch_waits_for_it() -> None:
     """c3 reads nothing c2 writes, but the arena places c3's output over c2's scratch (live only at c2's
-    step): threads still in c2 would see it overwritten, so a barrier separates them."""
+    step): threads still in c2 would see it overwritten, so c3 waits for c2."""
     rng = np.random.default_rng(2)
     g = Graph("reuse")
     x = g.add_input("x", TensorType(np.float32, (1, 8, 32, 32)))
@@ -197,7 +207,8 @@ def test_a_step_writing_over_the_previous_steps_scratch_waits_for_it() -> None:
     out3 = prog.storage[id(c3)].offset
     assert out3 < scratch + prog.steps[k2].scratch * 2 and scratch < out3 + c3.type.nbytes, \
         "the test needs c3's output over c2's scratch"
-    assert order.index(k3) == order.index(k2) + 2 and order[order.index(k2) + 1] == "|"
+    assert order.index(k3) == order.index(k2) + 2 and order[order.index(k2) + 1] == ("wait", k2)
+    assert k2 in prog.waits[k3]
     feeds = [rng.standard_normal((1, 8, 32, 32)).astype(np.float32)]
     got, want = run_both(g, feeds, threads=2)
     assert_close(got, want, "scratch reuse, 2 threads")
