@@ -27,8 +27,9 @@ the threads parked in a wait.
 - **between runs**: a thread spins on `run` for SPIN_BEFORE_PARK pauses (back-to-back runs never sleep),
   then parks in FUTEX_WAIT on it (the `sleepers` count and the kernel's recheck of `run` make a wake-up
   impossible to miss: both sides use sequentially consistent operations).
-- **waits**: spin SPIN_BEFORE_YIELD pauses, then `sched_yield` YIELDS_BEFORE_PARK times, then park on the
-  step's done counter (woken by the thread that finishes a chunk while someone is parked).
+- **waits**: spin with `pause`, calling `sched_yield` every PAUSES_PER_YIELD pauses, and after
+  YIELDS_BEFORE_PARK yields park on the step's done counter (woken by the thread that finishes a chunk
+  while someone is parked).
 - **release** (`glowpy_release(arena)`, exported): sets `stop`, wakes and joins every thread. The host
   calls it before it frees the arena or the code (CpuExecutable's finalizer, a bundle's free); a later
   run starts a new pool. No run may be in flight on that arena meanwhile (hosts serialize runs per arena).
@@ -46,11 +47,12 @@ from glowpy.backends.cpu.target import HostTarget
 
 RELEASE = "glowpy_release"
 POOL_KEY = ("pool",)
-# wait: pauses (~25 ns each on Zen 5) before sched_yield. Short on purpose: spinning ~50 us (2000)
-# before 64 yields made MobileNet-v3-small at 2 threads 2.2x slower (median) on an oversubscribed
-# 2-core host, with the same best run: the waiter holds a core its partner needs
-SPIN_BEFORE_YIELD = 100
-YIELDS_BEFORE_PARK = 16  # wait: sched_yields before the futex wait
+# wait: pauses (~25 ns each on Zen 5) between sched_yields. Short on purpose: spinning ~50 us (2000)
+# before any yield made MobileNet-v3-small at 2 threads 2.2x slower (median) on an oversubscribed
+# 2-core host: the waiter holds a core its partner needs. Many yields before parking: on an idle host a
+# yield returns at once, and waking a parked thread costs tens of us (a halted vCPU)
+PAUSES_PER_YIELD = 64
+YIELDS_BEFORE_PARK = 64  # wait: sched_yields before the futex wait
 SPIN_BEFORE_PARK = 4000  # between runs: pauses (~0.1-0.2 ms) before the futex wait
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
@@ -70,6 +72,11 @@ def pool_type(nthreads: int, nsteps: int) -> ir.LiteralStructType:
 
 def pool_bytes(nthreads: int, nsteps: int, data_layout: str) -> int:
     return pool_type(nthreads, nsteps).get_abi_size(llvm.create_target_data(data_layout))
+
+
+def counters_offset(nthreads: int, nsteps: int, data_layout: str) -> int:
+    """Byte offset of the step counters (i32 pairs: claimed, done) in the pool block."""
+    return pool_type(nthreads, nsteps).get_element_offset(llvm.create_target_data(data_layout), COUNTERS)
 
 
 def counter(b: ir.IRBuilder, shared: ir.Value, nthreads: int, nsteps: int, step: int, done: bool) -> ir.Value:
@@ -159,27 +166,32 @@ def emit_sync(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Fu
     b = ir.IRBuilder(entry)
     b.branch(check)
     b.position_at_end(check)
-    spins = b.phi(U.I32, name="spins")
+    spins = b.phi(U.I32, name="spins")  # pauses since the last yield
+    yields = b.phi(U.I32, name="yields")
     spins.add_incoming(U.i32(0), entry)
+    yields.add_incoming(U.i32(0), entry)
     d = b.load_atomic(done, "acquire", 4, name="d")
     b.cbranch(_ahead(b, d, goal, "reached"), out, relax)
     b.position_at_end(relax)
-    b.cbranch(b.icmp_unsigned("<", spins, U.i32(SPIN_BEFORE_YIELD)), pause_bb, backoff)
+    b.cbranch(b.icmp_unsigned("<", spins, U.i32(PAUSES_PER_YIELD)), pause_bb, backoff)
     b.position_at_end(pause_bb)
     _pause(b, target)
     spins.add_incoming(b.add(spins, U.i32(1), name="spins.next"), pause_bb)
+    yields.add_incoming(yields, pause_bb)
     b.branch(check)
     b.position_at_end(backoff)
-    b.cbranch(b.icmp_unsigned("<", spins, U.i32(SPIN_BEFORE_YIELD + YIELDS_BEFORE_PARK)), yield_bb, park_bb)
+    b.cbranch(b.icmp_unsigned("<", yields, U.i32(YIELDS_BEFORE_PARK)), yield_bb, park_bb)
     b.position_at_end(yield_bb)
     b.call(U.declare(module, "sched_yield", U.I32, []), [])
-    spins.add_incoming(b.add(spins, U.i32(1), name="yields.next"), yield_bb)
+    spins.add_incoming(U.i32(0), yield_bb)
+    yields.add_incoming(b.add(yields, U.i32(1), name="yields.next"), yield_bb)
     b.branch(check)
     b.position_at_end(park_bb)
     b.atomic_rmw("add", sleepers, U.i32(1), "seq_cst")
     b.call(park, [done, d])
     b.atomic_rmw("sub", sleepers, U.i32(1), "seq_cst")
     spins.add_incoming(spins, park_bb)
+    yields.add_incoming(yields, park_bb)
     b.branch(check)
     b.position_at_end(out)
     b.ret_void()

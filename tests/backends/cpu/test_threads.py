@@ -11,7 +11,7 @@ import pytest
 
 import glowpy
 import glowpy.backends.cpu.lowering as lowering
-from glowpy.backends.cpu import CpuBackend, codegen, host_target, resolve_threads
+from glowpy.backends.cpu import CpuBackend, codegen, host_target, resolve_threads, threads
 from glowpy.errors import UnsupportedAttribute
 from glowpy.ir.graph import Graph
 from glowpy.ir.types import TensorType
@@ -212,3 +212,65 @@ def test_a_step_writing_over_the_previous_steps_scratch_waits_for_it() -> None:
     feeds = [rng.standard_normal((1, 8, 32, 32)).astype(np.float32)]
     got, want = run_both(g, feeds, threads=2)
     assert_close(got, want, "scratch reuse, 2 threads")
+
+
+def pool_counters(ex, prog: codegen.Program) -> np.ndarray:
+    """The (claimed, done) counter pair of every step, read from the executable's arena."""
+    nsteps = len(prog.steps)
+    at = prog.plan.offsets[threads.POOL_KEY] + threads.counters_offset(prog.nthreads, nsteps,
+                                                                       host_target().data_layout)
+    return ex._arena[at:at + 8 * nsteps].view(np.int32).reshape(nsteps, 2).copy()
+
+
+def test_every_chunk_runs_once_per_run_and_the_pool_restarts_clean() -> None:
+    """Each run claims and finishes each split step's nthreads chunks and each serial step's one chunk
+    exactly once, whichever thread takes them; a release and a new pool (whose counters start from
+    garbage, as a bundle's unzeroed arena would) do the same with the same bits."""
+    graph, feeds = conv_net()
+    prog = codegen.build(graph, host_target(), nthreads=3)
+    per_run = np.array([(3 if s.parallel else 1) if s.fn is not None else 0 for s in prog.steps], np.int32)
+    assert any(s.parallel for s in prog.steps) and not all(s.parallel for s in prog.steps if s.fn is not None)
+    ex = CpuBackend().compile(graph, threads=3, cache=False)
+    want = CpuBackend().compile(graph, threads=1, cache=False).run(feeds)
+    for runs in range(1, 8):
+        for got, ref in zip(ex.run(feeds), want):
+            assert got.tobytes() == ref.tobytes()
+        c = pool_counters(ex, prog)
+        np.testing.assert_array_equal(c[:, 0], runs * per_run)
+        np.testing.assert_array_equal(c[:, 1], runs * per_run)
+    ex.close()
+    at = prog.plan.offsets[threads.POOL_KEY] + threads.counters_offset(3, len(prog.steps), host_target().data_layout)
+    ex._arena[at:at + 8 * len(prog.steps)] = 0xA5
+    for _ in range(3):
+        for got, ref in zip(ex.run(feeds), want):
+            assert got.tobytes() == ref.tobytes()
+    c = pool_counters(ex, prog)
+    np.testing.assert_array_equal(c[:, 0], 3 * per_run)
+    np.testing.assert_array_equal(c[:, 1], 3 * per_run)
+    ex.close()
+
+
+def test_runs_complete_while_the_pool_threads_are_starved() -> None:
+    """More busy Python threads than cores run their own threaded executables at once: every run ends
+    (no thread waits for one that has not arrived) and every result is right."""
+    graph, feeds = fire_net()
+    want = CpuBackend().compile(graph, threads=1).run(feeds)
+    exes = [CpuBackend().compile(graph, threads=2) for _ in range(4)]
+    assert len({ex._arena_ptr for ex in exes}) == 4
+    errors: list[str] = []
+
+    def hammer(ex) -> None:
+        for _ in range(20):
+            for got, ref in zip(ex.run(feeds), want):
+                if got.tobytes() != ref.tobytes():
+                    errors.append("a starved run differs from 1 thread")
+
+    ts = [threading.Thread(target=hammer, args=(ex,)) for ex in exes]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in ts), "a run did not finish"
+    assert not errors
+    for ex in exes:
+        ex.close()
