@@ -474,7 +474,7 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
         head, body, tail = (worker.append_basic_block(f"step{k}.{x}") for x in ("claim", "run", "next"))
         b.branch(head)
         b.position_at_end(head)
-        chunk = b.call(claim, [counter(b, sh, nthreads, nsteps, k, False), epoch, chunks], name=f"chunk{k}")
+        chunk = b.call(claim, [counter(b, sh, nthreads, nsteps, k, False), epoch, chunks, tid], name=f"chunk{k}")
         b.cbranch(b.icmp_signed(">=", chunk, U.i32(0)), body, tail)
         b.position_at_end(body)
         call(k, s, call_args, (chunk, nt) if s.parallel else (U.i32(0), U.i32(1)))

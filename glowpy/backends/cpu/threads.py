@@ -4,7 +4,7 @@ The pool lives in a block of the program's arena (`pool_bytes`, planned live for
 buffer ever overlaps it), so each arena (each executable, each bundle model) has its own pool and
 nothing is global:
 
-    { shared, live, pid, stop, sleepers, started, handles[N-1], contexts[N-1], counters[2 * steps] }
+    { shared, live, pid, stop, sleepers, started, handles[N-1], contexts[N-1], counters[steps][1 + N] }
 
 `shared` is what every thread's `glowpy.worker(shared, tid)` reads: the run's weights, arena, inputs
 and outputs, the thread count, the epoch (runs since the pool started), `run` (the wake-up word) and
@@ -15,10 +15,11 @@ the threads parked in a wait.
   is not counted, and the work is split over the threads that did start (`shared.nthreads`).
 - **a run**: the caller publishes the pointers, bumps the epoch and `run` and wakes sleepers (FUTEX_WAKE,
   only when a thread is parked), then runs as thread 0.
-- **steps are claimed, not assigned**: each step has a (claimed, done) counter pair. A split step has
-  `nthreads` chunks, a serial one a single chunk; a thread takes the next chunk of the current epoch with a
-  compare-and-swap (`glowpy.claim`), runs the kernel on it as (chunk, chunks), and counts it done
-  (`glowpy.finish`). Chunk c always covers the same range, so results do not depend on which thread ran
+- **steps are claimed, not assigned**: each step has a done counter and one flag per chunk (the last
+  epoch that claimed it). A split step has `nthreads` chunks, a serial one a single chunk; a thread takes
+  a chunk of the current epoch with a compare-and-swap on its flag (`glowpy.claim`: its own chunk `tid`
+  first, so a thread keeps the rows it wrote in the step before in its cache, then the others), runs the
+  kernel on it as (chunk, chunks), and counts it done (`glowpy.finish`). Chunk c always covers the same range, so results do not depend on which thread ran
   it. A step that reads or overwrites another's memory first waits until that step's chunks of this
   epoch are all done (`glowpy.wait`). So a thread that is late (descheduled on a busy host) costs no
   one a wait: the others take its chunks; and a thread never waits for one that merely has not arrived.
@@ -67,7 +68,7 @@ LIVE, PID, STOP, SLEEPERS, STARTED, HANDLES, CONTEXTS, COUNTERS = 1, 2, 3, 4, 5,
 def pool_type(nthreads: int, nsteps: int) -> ir.LiteralStructType:
     extra = max(nthreads - 1, 1)
     return ir.LiteralStructType([SHARED] + [U.I32] * 6 + [ir.ArrayType(U.I64, extra), ir.ArrayType(THREAD_CTX, extra),
-                                                         ir.ArrayType(U.I32, 2 * max(nsteps, 1))])
+                                                         ir.ArrayType(U.I32, (nthreads + 1) * max(nsteps, 1))])
 
 
 def pool_bytes(nthreads: int, nsteps: int, data_layout: str) -> int:
@@ -75,14 +76,16 @@ def pool_bytes(nthreads: int, nsteps: int, data_layout: str) -> int:
 
 
 def counters_offset(nthreads: int, nsteps: int, data_layout: str) -> int:
-    """Byte offset of the step counters (i32 pairs: claimed, done) in the pool block."""
+    """Byte offset of the step counters (per step, i32: done, then nthreads chunk flags) in the pool block."""
     return pool_type(nthreads, nsteps).get_element_offset(llvm.create_target_data(data_layout), COUNTERS)
 
 
 def counter(b: ir.IRBuilder, shared: ir.Value, nthreads: int, nsteps: int, step: int, done: bool) -> ir.Value:
-    """i32* to step `step`'s claimed (done=False) or done counter, from the worker's `shared` pointer."""
+    """i32* to step `step`'s done counter, or (done=False) to its first chunk flag, from the worker's
+    `shared` pointer."""
     pool = b.bitcast(shared, pool_type(nthreads, nsteps).as_pointer())
-    return member(b, pool, COUNTERS, 2 * step + int(done), name=f"step{step}.{'done' if done else 'claimed'}")
+    return member(b, pool, COUNTERS, (nthreads + 1) * step + int(not done),
+                  name=f"step{step}.{'done' if done else 'flags'}")
 
 
 def member(b: ir.IRBuilder, ptr: ir.Value, *path: int, name: str = "") -> ir.Value:
@@ -130,8 +133,8 @@ def _ahead(b: ir.IRBuilder, value: ir.Value, target: ir.Value, name: str) -> ir.
 def emit_sync(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Function, ir.Function]:
     """(claim, wait, finish):
 
-    - i32 glowpy.claim(i32* claimed, i32 epoch, i32 chunks): the next unclaimed chunk of this epoch
-      (0 <= c < chunks), or -1 when all are taken;
+    - i32 glowpy.claim(i32* flags, i32 epoch, i32 chunks, i32 first): a chunk c (0 <= c < chunks) no one
+      claimed this epoch, trying first, first + 1, ... (mod chunks), or -1 when all are taken;
     - void glowpy.wait(i32* done, i32 target, i32* sleepers): until *done reaches target, spinning with
       `pause`, then `sched_yield`, then parked on the counter (an overloaded host gives the core to the
       thread that is waited for);
@@ -140,21 +143,30 @@ def emit_sync(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Fu
         return module.globals["glowpy.claim"], module.globals["glowpy.wait"], module.globals["glowpy.finish"]
     park, wake = _futex(module, target)
 
-    claim = _internal(module, "glowpy.claim", U.I32, [U.I32.as_pointer(), U.I32, U.I32])
-    claimed, epoch, chunks = claim.args
-    claimed.name, epoch.name, chunks.name = "claimed", "epoch", "chunks"
-    entry, loop, swap, got, none = (claim.append_basic_block(x) for x in ("entry", "loop", "swap", "got", "none"))
+    claim = _internal(module, "glowpy.claim", U.I32, [U.I32.as_pointer(), U.I32, U.I32, U.I32])
+    flags, epoch, chunks, first = claim.args
+    flags.name, epoch.name, chunks.name, first.name = "flags", "epoch", "chunks", "first"
+    entry, loop, look, swap, got, nxt, none = (
+        claim.append_basic_block(x) for x in ("entry", "loop", "look", "swap", "got", "next", "none"))
     b = ir.IRBuilder(entry)
-    end = b.mul(epoch, chunks, name="end")
     b.branch(loop)
     b.position_at_end(loop)
-    c = b.load_atomic(claimed, "monotonic", 4, name="c")
-    b.cbranch(_ahead(b, c, end, "all.taken"), none, swap)
+    i = b.phi(U.I32, name="i")
+    i.add_incoming(U.i32(0), entry)
+    b.cbranch(b.icmp_signed("<", i, chunks), look, none)
+    b.position_at_end(look)
+    c = b.urem(b.add(first, i), chunks, name="c")
+    flag = b.gep(flags, [b.zext(c, U.I64)], inbounds=True, name="flag")
+    f = b.load_atomic(flag, "monotonic", 4, name="f")
+    b.cbranch(_ahead(b, f, epoch, "taken"), nxt, swap)  # a flag at or past this epoch: taken
     b.position_at_end(swap)
-    pair = b.cmpxchg(claimed, c, b.add(c, U.i32(1)), "acq_rel", "monotonic", name="pair")
-    b.cbranch(b.extract_value(pair, 1, name="won"), got, loop)
+    pair = b.cmpxchg(flag, f, epoch, "acq_rel", "monotonic", name="pair")
+    b.cbranch(b.extract_value(pair, 1, name="won"), got, nxt)
     b.position_at_end(got)
-    b.ret(b.sub(c, b.sub(end, chunks), name="chunk"))
+    b.ret(c)
+    b.position_at_end(nxt)
+    i.add_incoming(b.add(i, U.i32(1), name="i.next"), nxt)
+    b.branch(loop)
     b.position_at_end(none)
     b.ret(U.i32(-1))
 
@@ -307,7 +319,7 @@ def emit_pool(module: ir.Module, target: HostTarget, worker: ir.Function, nthrea
     b.store(U.i32(0), b.gep(member(b, pool, COUNTERS, 0), [b.zext(z, U.I64)], inbounds=True))
     z1 = b.add(z, U.i32(1), name="z.next")
     z.add_incoming(z1, zero)
-    b.cbranch(b.icmp_signed("<", z1, U.i32(2 * max(nsteps, 1))), zero, spawn)
+    b.cbranch(b.icmp_signed("<", z1, U.i32((nthreads + 1) * max(nsteps, 1))), zero, spawn)
     b.position_at_end(spawn)
     t = b.phi(U.I32, name="t")
     t.add_incoming(U.i32(0), zero)

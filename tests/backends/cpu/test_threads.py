@@ -214,12 +214,21 @@ def test_a_step_writing_over_the_previous_steps_scratch_waits_for_it() -> None:
     assert_close(got, want, "scratch reuse, 2 threads")
 
 
-def pool_counters(ex, prog: codegen.Program) -> np.ndarray:
-    """The (claimed, done) counter pair of every step, read from the executable's arena."""
-    nsteps = len(prog.steps)
-    at = prog.plan.offsets[threads.POOL_KEY] + threads.counters_offset(prog.nthreads, nsteps,
+def counters_at(prog: codegen.Program) -> slice:
+    """Where the pool's step counters are in the arena (bytes)."""
+    at = prog.plan.offsets[threads.POOL_KEY] + threads.counters_offset(prog.nthreads, len(prog.steps),
                                                                        host_target().data_layout)
-    return ex._arena[at:at + 8 * nsteps].view(np.int32).reshape(nsteps, 2).copy()
+    return slice(at, at + 4 * (prog.nthreads + 1) * len(prog.steps))
+
+
+def check_counters(ex, prog: codegen.Program, runs: int) -> None:
+    """After `runs` runs of a fresh pool: each step's done count is runs x its chunks (nthreads if split,
+    1 if serial), and each of its chunks' flags holds the last epoch, `runs`."""
+    c = ex._arena[counters_at(prog)].view(np.int32).reshape(len(prog.steps), prog.nthreads + 1)
+    for k, s in enumerate(prog.steps):
+        chunks = 0 if s.fn is None else prog.nthreads if s.parallel else 1
+        assert c[k, 0] == runs * chunks, f"step {k}: done {c[k, 0]}, want {runs * chunks}"
+        assert list(c[k, 1:]) == [runs] * chunks + [0] * (prog.nthreads - chunks), f"step {k}: flags {c[k, 1:]}"
 
 
 def test_every_chunk_runs_once_per_run_and_the_pool_restarts_clean() -> None:
@@ -228,25 +237,19 @@ def test_every_chunk_runs_once_per_run_and_the_pool_restarts_clean() -> None:
     garbage, as a bundle's unzeroed arena would) do the same with the same bits."""
     graph, feeds = conv_net()
     prog = codegen.build(graph, host_target(), nthreads=3)
-    per_run = np.array([(3 if s.parallel else 1) if s.fn is not None else 0 for s in prog.steps], np.int32)
     assert any(s.parallel for s in prog.steps) and not all(s.parallel for s in prog.steps if s.fn is not None)
     ex = CpuBackend().compile(graph, threads=3, cache=False)
     want = CpuBackend().compile(graph, threads=1, cache=False).run(feeds)
     for runs in range(1, 8):
         for got, ref in zip(ex.run(feeds), want):
             assert got.tobytes() == ref.tobytes()
-        c = pool_counters(ex, prog)
-        np.testing.assert_array_equal(c[:, 0], runs * per_run)
-        np.testing.assert_array_equal(c[:, 1], runs * per_run)
+        check_counters(ex, prog, runs)
     ex.close()
-    at = prog.plan.offsets[threads.POOL_KEY] + threads.counters_offset(3, len(prog.steps), host_target().data_layout)
-    ex._arena[at:at + 8 * len(prog.steps)] = 0xA5
+    ex._arena[counters_at(prog)] = 0xA5
     for _ in range(3):
         for got, ref in zip(ex.run(feeds), want):
             assert got.tobytes() == ref.tobytes()
-    c = pool_counters(ex, prog)
-    np.testing.assert_array_equal(c[:, 0], 3 * per_run)
-    np.testing.assert_array_equal(c[:, 1], 3 * per_run)
+    check_counters(ex, prog, 3)
     ex.close()
 
 
