@@ -25,8 +25,8 @@ the threads parked in a wait.
   one a wait: the others take its chunks; and a thread never waits for one that merely has not arrived.
   Every thread passes every step in order and claims what is left, so when thread 0 has waited for the
   steps still pending at the end, every chunk of the run is done.
-- **between runs**: a thread spins on `run` for SPIN_BEFORE_PARK pauses (back-to-back runs never sleep),
-  then parks in FUTEX_WAIT on it (the `sleepers` count and the kernel's recheck of `run` make a wake-up
+- **between runs**: a thread spins on `run` for SPIN_BEFORE_PARK pauses, yielding every PAUSES_PER_YIELD
+  (back-to-back runs never sleep), then parks in FUTEX_WAIT on it (the `sleepers` count and the kernel's recheck of `run` make a wake-up
   impossible to miss: both sides use sequentially consistent operations).
 - **waits**: spin with `pause`, calling `sched_yield` every PAUSES_PER_YIELD pauses, and after
   YIELDS_BEFORE_PARK yields park on the step's done counter (woken by the thread that finishes a chunk
@@ -228,8 +228,9 @@ def _emit_thread(module: ir.Module, target: HostTarget, worker: ir.Function, par
                  pool_ty: ir.Type) -> ir.Function:
     """i8* glowpy.thread(ctx): wait for the next run (spin, then park), run the worker; exit on stop."""
     fn = _internal(module, "glowpy.thread", U.I8P, [U.I8P])
-    entry, loop, wait, relax, pause_bb, park_bb, got, work, leave = (
-        fn.append_basic_block(x) for x in ("entry", "loop", "wait", "relax", "pause", "park", "got", "work", "exit"))
+    entry, loop, wait, relax, pause_bb, yield_bb, park_bb, got, work, leave = (
+        fn.append_basic_block(x) for x in ("entry", "loop", "wait", "relax", "pause", "yield", "park", "got", "work",
+                                           "exit"))
     b = ir.IRBuilder(entry)
     ctx = b.bitcast(fn.args[0], THREAD_CTX.as_pointer(), name="ctx")
     shared = b.load(member(b, ctx, 0), name="shared")
@@ -249,9 +250,14 @@ def _emit_thread(module: ir.Module, target: HostTarget, worker: ir.Function, par
     b.cbranch(b.icmp_unsigned("!=", now, seen), got, relax)
     b.position_at_end(relax)
     b.cbranch(b.icmp_unsigned("<", spins, U.i32(SPIN_BEFORE_PARK)), pause_bb, park_bb)
-    b.position_at_end(pause_bb)
+    b.position_at_end(pause_bb)  # a yield every PAUSES_PER_YIELD pauses: thread 0 may need this core
     _pause(b, target)
-    spins.add_incoming(b.add(spins, U.i32(1), name="spins.next"), pause_bb)
+    spun = b.add(spins, U.i32(1), name="spins.next")
+    spins.add_incoming(spun, pause_bb)
+    b.cbranch(b.icmp_unsigned("==", b.urem(spun, U.i32(PAUSES_PER_YIELD)), U.i32(0)), yield_bb, wait)
+    b.position_at_end(yield_bb)
+    b.call(U.declare(module, "sched_yield", U.I32, []), [])
+    spins.add_incoming(spun, yield_bb)
     b.branch(wait)
     b.position_at_end(park_bb)
     b.atomic_rmw("add", sleepers, U.i32(1), "seq_cst")
