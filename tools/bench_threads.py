@@ -1,11 +1,11 @@
 """Where a second thread's time goes, per step: best-of-runs kernel time at 1 thread against each thread's
-time at N threads, the run's median and best, and the barriers the worker waits at.
+time at N threads, the run's median and best, and the waits between steps.
 
     python -m tools.bench_threads squeezenet1_1.torchscript mobilenet_v2.torchscript --threads 2
     python -m tools.bench_threads /path/model.onnx --runs 50 --all
 
 A step's speedup is its 1-thread time over the slowest thread's at N; the run minus the sum of those
-slowest times is what barriers, wake-ups and gaps cost. Minima over runs, so a shared machine's noise
+slowest times is what waits, wake-ups and gaps cost. Minima over runs, so a shared machine's noise
 inflates them less than medians (the run figures are both). --all lists every step, else the 15 that
 lose most to splitting.
 """
@@ -31,11 +31,10 @@ from tests.zoo.realize import make_inputs  # noqa: E402
 from tools.bench_zoo import DEFAULT_WORK_DIR, model_file  # noqa: E402
 
 
-def barriers(path: str, nthreads: int) -> int:
-    """The barrier calls in the worker of the model's program at `nthreads`."""
-    text = str(codegen.build(pipeline.optimized_graph(path, "cpu"), host_target(), nthreads=nthreads).module)
-    worker = text[text.index('define internal void @"glowpy.worker"'):]
-    return worker[:worker.index("\n}\n")].count('call void @"glowpy.barrier"')
+def waits(path: str, nthreads: int) -> tuple[int, int]:
+    """(steps that wait for an earlier one, waits) in the model's program at `nthreads`."""
+    prog = codegen.build(pipeline.optimized_graph(path, "cpu"), host_target(), nthreads=nthreads)
+    return len(prog.waits), sum(len(on) for on in prog.waits.values())
 
 
 def best_steps(path: str, feeds: dict, nthreads: int, runs: int) -> tuple[dict, dict[int, dict[int, float]], list]:
@@ -65,9 +64,10 @@ def report(name: str, nthreads: int, runs: int, show_all: bool, work_dir: Path) 
         slowest = max(many[k].values())
         rows.append((slowest - one[k][0] / nthreads, k, slowest))
     bound = sum(r[2] for r in rows)
+    waiting, nwaits = waits(path, nthreads)
     print(f"## {name}: 1 thread median {np.median(t1):.0f} us (best {min(t1):.0f}); {nthreads} threads median "
           f"{np.median(tn):.0f} us (best {min(tn):.0f}); sum of slowest threads {bound:.0f} us; "
-          f"{barriers(path, nthreads)} barriers for {len(rows)} steps")
+          f"{waiting} of {len(rows)} steps wait, {nwaits} waits")
     for loss, k, slowest in rows if show_all else sorted(rows, reverse=True)[:15]:
         s = steps[k]
         per = " ".join(f"t{t}={v:7.1f}" for t, v in sorted(many[k].items()))

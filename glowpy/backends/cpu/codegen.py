@@ -11,13 +11,15 @@ an operand that dies there.
 
 Threads: with N > 1 threads and at least one kernel worth splitting, the entry hands each run to a
 persistent pool of N-1 pthreads kept in the arena (threads.py: started by the first run, parked between
-runs, joined by `glowpy_release(arena)`), and every thread runs `glowpy.worker(shared, tid)`: parallel
-kernels get (tid, nthreads), serial ones run on thread 0. A step waits at a barrier only when its memory
-overlaps that of a step since the last barrier (one writes what the other reads or writes: buffers,
-scratch) and a thread other than 0 runs either, so independent steps (SqueezeNet's two expand convs,
-BERT's Q, K and V projections) follow each other without one; a barrier ends the run when threads other
-than 0 ran a step since the last one. A thread that fails to start is simply not counted: work is split
-over the threads that did start.
+runs, joined by `glowpy_release(arena)`), and every thread runs `glowpy.worker(shared, tid)`, which
+passes every step in order and claims its chunks (threads.py): a split kernel's nthreads chunks, each
+run as (chunk, nthreads), or a serial kernel's one, run as (0, 1) by whichever thread takes it. Before
+its chunks a step waits for the earlier steps whose memory overlaps its own (one writes what the other
+reads or writes: buffers, scratch) and that no earlier wait covered, so independent steps (SqueezeNet's
+two expand convs, BERT's Q, K and V projections) follow each other without one, and a late thread's
+chunks are taken by the others instead of waited for; thread 0 ends the run by waiting for the steps
+still pending (`Program.waits`). A thread that fails to start is simply not counted: work is split over
+the threads that did start.
 
 Profile builds (profile=True only; otherwise no timing code is emitted): a block of i64 nanosecond
 stamps in the arena (`profile_layout`): the run's begin and end and the started thread count,
@@ -42,15 +44,15 @@ from glowpy.backends.cpu.module_text import split_module_text
 from glowpy.backends.cpu.steps import Arg, Step
 from glowpy.backends.cpu.target import HostTarget
 from glowpy.backends.cpu.threads import (
-    BARRIER_SLEEPERS,
-    COUNT,
-    GEN,
+    EPOCH,
     NTHREADS,
     POOL_KEY,
     SHARED,
-    emit_barrier,
+    WAIT_SLEEPERS,
+    counter,
     emit_no_pool,
     emit_pool,
+    emit_sync,
     member,
     pool_bytes,
 )
@@ -95,6 +97,8 @@ class Program:
     storage: dict[int, Storage]  # id(value) -> storage
     fast_kernels: list[str]
     profile_offset: int = -1  # arena offset of the per-step cycle stamps (profile builds only)
+    # threaded programs: step k -> the steps it waits for before its chunks (key len(steps): the run's end)
+    waits: dict[int, list[int]] = field(default_factory=dict)
 
     kernel_defs: dict[str, str] = field(default_factory=dict)
     kernel_decls: dict[str, str] = field(default_factory=dict)
@@ -243,7 +247,8 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
     if profile:  # the stamps, kept for the whole run
         intervals.append(Interval(PROFILE_KEY, profile_bytes(len(steps), nthreads), 0, max(len(steps) - 1, 0)))
     if threaded:  # the thread pool, kept across runs: nothing else is ever placed over it
-        intervals.append(Interval(POOL_KEY, pool_bytes(nthreads, target.data_layout), 0, max(len(steps) - 1, 0)))
+        intervals.append(Interval(POOL_KEY, pool_bytes(nthreads, len(steps), target.data_layout), 0,
+                                  max(len(steps) - 1, 0)))
     plan = plan_arena(intervals)
     for st in binder.of.values():
         if st.kind == "arena":
@@ -268,9 +273,10 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
                 array_offset[a.index] = len(weights)
                 weights.append(low.arrays[a.index])
     size = sum(w.nbytes for w in weights)
-    _emit_entry(module, target, steps, binder, plan, array_offset, scratch_key, nthreads, threaded, profile)
+    waits = _emit_entry(module, target, steps, binder, plan, array_offset, scratch_key, nthreads, threaded,
+                        profile)
     return Program(module, steps, weights, size, plan.size, nthreads, threaded, plan, intervals, binder.of,
-                   low.used_fast, plan.offsets.get(PROFILE_KEY, -1), low.kernel_defs, low.kernel_decls)
+                   low.used_fast, plan.offsets.get(PROFILE_KEY, -1), waits, low.kernel_defs, low.kernel_decls)
 
 
 # --- the entry and the worker ----------------------------------------------------------------------
@@ -351,21 +357,21 @@ def _guarded(b: ir.IRBuilder, s: Step, k: int, pointer: Callable[[Arg, int, Step
 
 def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder: Binder, plan: Plan,
                 array_offset: dict[int, int], scratch_key: dict[int, tuple], nthreads: int, threaded: bool,
-                profile: bool = False) -> None:
-    barrier = emit_barrier(module, target)
+                profile: bool = False) -> dict[int, list[int]]:
+    """Emits the worker and the entry; returns the waits of a threaded program (Program.waits)."""
     worker = ir.Function(module, ir.FunctionType(U.VOID, [SHARED.as_pointer(), U.I32]), name="glowpy.worker")
     worker.linkage = "internal"
     sh, tid = worker.args
     sh.name, tid.name = "shared", "tid"
     b = ir.IRBuilder(worker.append_basic_block("entry"))
+    # the epoch first: the pointers are read after it, so they are at least this epoch's
+    epoch = b.load_atomic(member(b, sh, EPOCH, name="epoch.addr"), "acquire", 4, name="epoch") if threaded else None
     weights = b.load(member(b, sh, 0, name="weights.addr"), name="weights")
     arena = b.load(member(b, sh, 1, name="arena.addr"), name="arena")
     inputs = b.load(member(b, sh, 2, name="inputs.addr"), name="inputs")
     outputs = b.load(member(b, sh, 3, name="outputs.addr"), name="outputs")
     nt = b.load(member(b, sh, NTHREADS, name="nthreads.addr"), name="nthreads")
-    count = member(b, sh, COUNT, name="barrier.count")
-    gen = member(b, sh, GEN, name="barrier.gen")
-    asleep = member(b, sh, BARRIER_SLEEPERS, name="barrier.sleepers")
+    asleep = member(b, sh, WAIT_SLEEPERS, name="wait.sleepers")
     is_main = b.icmp_signed("==", tid, U.i32(0), name="is_main")
     ptr_cache: dict[tuple, ir.Value] = {}
 
@@ -418,40 +424,66 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
         row = b.gep(stamps, [first], inbounds=True, name="row")
 
     def stamp(k: int, end: int) -> None:
-        """This thread's start (end=0) or end (end=1) of step k."""
-        if row is not None:
-            b.store(b.call(now, []), b.gep(row, [U.i64(2 * k + end)], inbounds=True))
+        """This thread's start (end=0: of its first chunk) or end (end=1: of its last chunk) of step k."""
+        if row is None:
+            return
+        slot = b.gep(row, [U.i64(2 * k + end)], inbounds=True)
+        if end:
+            b.store(b.call(now, []), slot)
+            return
+        with U.if_then(b, b.icmp_signed("==", b.load(slot), U.i64(0)), f"stamp{k}"):
+            b.store(b.call(now, []), slot)
 
-    unsynced_parallel = False  # since the last barrier, did any thread other than 0 run a step?
-    since: list[tuple[Step, list[Region], list[Region]]] = []  # steps since the last barrier: reads, writes
+    def call(k: int, s: Step, call_args: list[ir.Value], split: tuple[ir.Value, ir.Value]) -> None:
+        with _guarded(b, s, k, pointer):
+            stamp(k, 0)
+            b.call(s.fn, call_args + list(split))
+            stamp(k, 1)
+
+    nsteps = len(steps)
+    waits: dict[int, list[int]] = {}
+    if threaded:
+        claim, wait, finish = emit_sync(module, target)
+        chunk_ends = {True: b.mul(epoch, nt, name="epoch.split"), False: epoch}  # a step's done counter at the end
+
+        def wait_for(k: int, on: list[int]) -> None:
+            waits[k] = on
+            for j in on:
+                b.call(wait, [counter(b, sh, nthreads, nsteps, j, True), chunk_ends[steps[j].parallel], asleep])
+
+    pending: list[tuple[int, list[Region], list[Region]]] = []  # steps no wait has covered yet: reads, writes
     for k, s in enumerate(steps):
         if s.fn is None:
             continue
-        reads, writes = step_regions(s, k, binder, plan, scratch_key, nthreads)
-        if threaded and any((s.parallel or p.parallel) and _conflict(reads, writes, pr, pw) for p, pr, pw in since):
-            b.call(barrier, [count, gen, nt, asleep])
-            unsynced_parallel = False
-            since = []
-        since.append((s, reads, writes))
         params = s.fn.function_type.args
         ptr_args = [pointer(a, k, s) for a in s.args]
         if len(ptr_args) + 2 != len(params):
             raise InternalError(f"step {s.name}: argument count differs from its kernel", expected=len(params),
                                 found=len(ptr_args) + 2)
         call_args = [b.bitcast(p, t) if p.type != t else p for p, t in zip(ptr_args, params)]
-        if s.parallel:
-            with _guarded(b, s, k, pointer):
-                stamp(k, 0)
-                b.call(s.fn, call_args + [tid, nt])
-                stamp(k, 1)
-            unsynced_parallel = True
-        else:  # only thread 0 reads the guard: the others may pass this point after the run ended
-            with U.if_then(b, is_main, f"step{k}"), _guarded(b, s, k, pointer):
-                stamp(k, 0)
-                b.call(s.fn, call_args + [U.i32(0), U.i32(1)])
-                stamp(k, 1)
-    if threaded and unsynced_parallel:  # the run ends when every thread's writes are done
-        b.call(barrier, [count, gen, nt, asleep])
+        if not threaded:
+            call(k, s, call_args, (U.i32(0), U.i32(1)))
+            continue
+        reads, writes = step_regions(s, k, binder, plan, scratch_key, nthreads)
+        on = [j for j, pr, pw in pending if _conflict(reads, writes, pr, pw)]
+        if on:
+            wait_for(k, on)
+            pending = [p for p in pending if p[0] not in on]
+        pending.append((k, reads, writes))
+        chunks = nt if s.parallel else U.i32(1)
+        head, body, tail = (worker.append_basic_block(f"step{k}.{x}") for x in ("claim", "run", "next"))
+        b.branch(head)
+        b.position_at_end(head)
+        chunk = b.call(claim, [counter(b, sh, nthreads, nsteps, k, False), epoch, chunks, tid], name=f"chunk{k}")
+        b.cbranch(b.icmp_signed(">=", chunk, U.i32(0)), body, tail)
+        b.position_at_end(body)
+        call(k, s, call_args, (chunk, nt) if s.parallel else (U.i32(0), U.i32(1)))
+        b.call(finish, [counter(b, sh, nthreads, nsteps, k, True), asleep])
+        b.branch(head)
+        b.position_at_end(tail)
+    if threaded and pending:  # thread 0 returns when every chunk of the run is done
+        with U.if_then(b, is_main, "end"):
+            wait_for(nsteps, [j for j, _, _ in pending])
     b.ret_void()
 
     # The entry.
@@ -471,7 +503,7 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
 
         run_stamp("begin")
     if threaded:  # the pool (threads.py) holds this run's shared state in the arena
-        pool_run = emit_pool(module, target, worker, nthreads, plan.offsets[POOL_KEY])
+        pool_run = emit_pool(module, target, worker, nthreads, nsteps, plan.offsets[POOL_KEY])
         nt_run = eb.call(pool_run, list(entry.args), name="nthreads")
         shared = eb.bitcast(eb.gep(entry.args[1], [U.i64(plan.offsets[POOL_KEY])], inbounds=True),
                             SHARED.as_pointer(), name="shared")
@@ -487,6 +519,7 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
         run_stamp("end")
         run_stamp("threads", eb.sext(nt_run, U.I64))
     eb.ret_void()
+    return waits
 
 
 def arena_report(program: Program) -> dict[str, int]:

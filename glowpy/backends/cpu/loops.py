@@ -16,7 +16,7 @@ condition holds (M is read as an int64, the condition as a byte; with M = 0 or a
 at entry the outputs are the initial values). Scan outputs need a static trip count (`trip_count`
 from the importer): at most that many iterations write rows, so no run writes out of bounds.
 
-The loop step runs on thread 0, its body steps single-threaded.
+The loop step runs on one thread (whichever claims it), its body steps single-threaded.
 """
 
 from __future__ import annotations
@@ -205,4 +205,4 @@ def emit_loop(low: Lowering, node: Node) -> None:
 
     work = sum(s.work for s in steps)
     low.add(Step(name, fn, args, list(node.outputs), [node], work=work, scratch=scratch))
-    low.steps[-1].parallel = False  # the body's steps are called from thread 0 only
+    low.steps[-1].parallel = False  # the body's steps are called from one thread only

@@ -36,9 +36,9 @@ from glowpy.backends.cpu.steps import Arg, Step
 from glowpy.errors import GlowpyError, UnsupportedOperator
 from glowpy.ir.graph import Graph, Node, Value
 
-# Below this much work a kernel runs on one thread: splitting it saves less than the barrier after it
-# costs (~0.5-1 us when both threads spin; a serial step between split ones costs a barrier on each
-# side and leaves the other threads idle, so a step is worth splitting from ~3 us of one thread's
+# Below this much work a kernel runs on one thread: splitting it saves less than the wait after it
+# costs (~0.5-1 us when both threads spin; a serial step between split ones that depend on it costs a
+# wait on each side and leaves the other threads idle, so a step is worth splitting from ~3 us of one thread's
 # work: MobileNet-v2's 14x14 and 7x7 depthwise convs, 13-25 us, ran on one thread at 1 << 15).
 # Work counts elements, and FLOPs for HEAVY_OPS, which do ~64 FLOPs in the time of one element of the
 # others (measured on one Zen 5 thread: Gemm 16x256x256, 2 MFLOP, 8 us; Transpose 512x64, 32 K

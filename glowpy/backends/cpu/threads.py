@@ -4,24 +4,33 @@ The pool lives in a block of the program's arena (`pool_bytes`, planned live for
 buffer ever overlaps it), so each arena (each executable, each bundle model) has its own pool and
 nothing is global:
 
-    { shared, live, pid, stop, sleepers, started, handles[N-1], contexts[N-1] }
+    { shared, live, pid, stop, sleepers, started, handles[N-1], contexts[N-1], counters[steps][1 + N] }
 
 `shared` is what every thread's `glowpy.worker(shared, tid)` reads: the run's weights, arena, inputs
-and outputs, the thread count, the barrier (count, generation, threads parked in it) and `run`, the
-run generation.
+and outputs, the thread count, the epoch (runs since the pool started), `run` (the wake-up word) and
+the threads parked in a wait.
 
 - **start**: the first run of an arena (or the first after a release, or the first in a forked child:
-  `pid` differs) creates N-1 pthreads; a thread that fails to start is not counted, and the work is
-  split over the threads that did start (`shared.nthreads`).
-- **a run**: the caller publishes the pointers, bumps `run` and wakes sleepers (FUTEX_WAKE, only when a
-  thread is parked), then runs as thread 0. The worker ends with a barrier whenever threads other than
-  0 wrote since the last one, so the run is complete when thread 0 returns.
-- **between runs**: a thread spins on `run` for SPIN_BEFORE_PARK pauses (back-to-back runs never sleep),
-  then parks in FUTEX_WAIT on it (the `sleepers` count and the kernel's recheck of `run` make a wake-up
+  `pid` differs) zeroes the epoch and the counters and creates N-1 pthreads; a thread that fails to start
+  is not counted, and the work is split over the threads that did start (`shared.nthreads`).
+- **a run**: the caller publishes the pointers, bumps the epoch and `run` and wakes sleepers (FUTEX_WAKE,
+  only when a thread is parked), then runs as thread 0.
+- **steps are claimed, not assigned**: each step has a done counter and one flag per chunk (the last
+  epoch that claimed it). A split step has `nthreads` chunks, a serial one a single chunk; a thread takes
+  a chunk of the current epoch with a compare-and-swap on its flag (`glowpy.claim`: its own chunk `tid`
+  first, so a thread keeps the rows it wrote in the step before in its cache, then the others), runs the
+  kernel on it as (chunk, chunks), and counts it done (`glowpy.finish`). Chunk c always covers the same range, so results do not depend on which thread ran
+  it. A step that reads or overwrites another's memory first waits until that step's chunks of this
+  epoch are all done (`glowpy.wait`). So a thread that is late (descheduled on a busy host) costs no
+  one a wait: the others take its chunks; and a thread never waits for one that merely has not arrived.
+  Every thread passes every step in order and claims what is left, so when thread 0 has waited for the
+  steps still pending at the end, every chunk of the run is done.
+- **between runs**: a thread spins on `run` for SPIN_BEFORE_PARK pauses, yielding every PAUSES_PER_YIELD
+  (back-to-back runs never sleep), then parks in FUTEX_WAIT on it (the `sleepers` count and the kernel's recheck of `run` make a wake-up
   impossible to miss: both sides use sequentially consistent operations).
-- **barriers** (between dependent steps): spin SPIN_BEFORE_YIELD pauses, then `sched_yield`
-  YIELDS_BEFORE_PARK times, then park on the generation: on an overloaded host a waiting thread gives
-  its core to the thread it waits for instead of spinning for a time slice.
+- **waits**: spin with `pause`, calling `sched_yield` every PAUSES_PER_YIELD pauses, and after
+  YIELDS_BEFORE_PARK yields park on the step's done counter (woken by the thread that finishes a chunk
+  while someone is parked).
 - **release** (`glowpy_release(arena)`, exported): sets `stop`, wakes and joins every thread. The host
   calls it before it frees the arena or the code (CpuExecutable's finalizer, a bundle's free); a later
   run starts a new pool. No run may be in flight on that arena meanwhile (hosts serialize runs per arena).
@@ -39,30 +48,44 @@ from glowpy.backends.cpu.target import HostTarget
 
 RELEASE = "glowpy_release"
 POOL_KEY = ("pool",)
-# barrier: pauses (~25 ns each on Zen 5) before sched_yield. Short on purpose: spinning ~50 us (2000)
-# before 64 yields made MobileNet-v3-small at 2 threads 2.2x slower (median) on an oversubscribed
-# 2-core host, with the same best run: the waiter holds a core its partner needs
-SPIN_BEFORE_YIELD = 100
-YIELDS_BEFORE_PARK = 16  # barrier: sched_yields before the futex wait
+# wait: pauses (~25 ns each on Zen 5) between sched_yields. Short on purpose: spinning ~50 us (2000)
+# before any yield made MobileNet-v3-small at 2 threads 2.2x slower (median) on an oversubscribed
+# 2-core host: the waiter holds a core its partner needs. Many yields before parking: on an idle host a
+# yield returns at once, and waking a parked thread costs tens of us (a halted vCPU)
+PAUSES_PER_YIELD = 64
+YIELDS_BEFORE_PARK = 64  # wait: sched_yields before the futex wait
 SPIN_BEFORE_PARK = 4000  # between runs: pauses (~0.1-0.2 ms) before the futex wait
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
 
-# weights, arena, inputs, outputs, nthreads, barrier count, barrier generation, run generation,
-# threads parked in the barrier
-SHARED = ir.LiteralStructType([U.I8P.as_pointer(), U.I8P, U.I8P.as_pointer(), U.I8P.as_pointer()] + [U.I32] * 5)
+# weights, arena, inputs, outputs, nthreads, epoch, run generation, threads parked in a wait
+SHARED = ir.LiteralStructType([U.I8P.as_pointer(), U.I8P, U.I8P.as_pointer(), U.I8P.as_pointer()] + [U.I32] * 4)
 THREAD_CTX = ir.LiteralStructType([SHARED.as_pointer(), U.I32])
-NTHREADS, COUNT, GEN, RUN, BARRIER_SLEEPERS = 4, 5, 6, 7, 8  # SHARED fields
-LIVE, PID, STOP, SLEEPERS, STARTED, HANDLES, CONTEXTS = 1, 2, 3, 4, 5, 7, 8  # POOL fields
+NTHREADS, EPOCH, RUN, WAIT_SLEEPERS = 4, 5, 6, 7  # SHARED fields
+LIVE, PID, STOP, SLEEPERS, STARTED, HANDLES, CONTEXTS, COUNTERS = 1, 2, 3, 4, 5, 7, 8, 9  # POOL fields
 
 
-def pool_type(nthreads: int) -> ir.LiteralStructType:
+def pool_type(nthreads: int, nsteps: int) -> ir.LiteralStructType:
     extra = max(nthreads - 1, 1)
-    return ir.LiteralStructType([SHARED] + [U.I32] * 6 + [ir.ArrayType(U.I64, extra), ir.ArrayType(THREAD_CTX, extra)])
+    return ir.LiteralStructType([SHARED] + [U.I32] * 6 + [ir.ArrayType(U.I64, extra), ir.ArrayType(THREAD_CTX, extra),
+                                                         ir.ArrayType(U.I32, (nthreads + 1) * max(nsteps, 1))])
 
 
-def pool_bytes(nthreads: int, data_layout: str) -> int:
-    return pool_type(nthreads).get_abi_size(llvm.create_target_data(data_layout))
+def pool_bytes(nthreads: int, nsteps: int, data_layout: str) -> int:
+    return pool_type(nthreads, nsteps).get_abi_size(llvm.create_target_data(data_layout))
+
+
+def counters_offset(nthreads: int, nsteps: int, data_layout: str) -> int:
+    """Byte offset of the step counters (per step, i32: done, then nthreads chunk flags) in the pool block."""
+    return pool_type(nthreads, nsteps).get_element_offset(llvm.create_target_data(data_layout), COUNTERS)
+
+
+def counter(b: ir.IRBuilder, shared: ir.Value, nthreads: int, nsteps: int, step: int, done: bool) -> ir.Value:
+    """i32* to step `step`'s done counter, or (done=False) to its first chunk flag, from the worker's
+    `shared` pointer."""
+    pool = b.bitcast(shared, pool_type(nthreads, nsteps).as_pointer())
+    return member(b, pool, COUNTERS, (nthreads + 1) * step + int(not done),
+                  name=f"step{step}.{'done' if done else 'flags'}")
 
 
 def member(b: ir.IRBuilder, ptr: ir.Value, *path: int, name: str = "") -> ir.Value:
@@ -102,66 +125,112 @@ def _futex(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Funct
     return park, wake
 
 
-def emit_barrier(module: ir.Module, target: HostTarget) -> ir.Function:
-    """void glowpy.barrier(i32* shared_count, i32* gen, i32 n, i32* sleepers): the last thread to arrive
-    bumps the generation (and wakes sleepers); the others spin with `pause`, then `sched_yield`, then
-    park on the generation (so an overloaded host gives their core to the thread they wait for)."""
-    fn = _internal(module, "glowpy.barrier", U.VOID, [U.I32.as_pointer(), U.I32.as_pointer(), U.I32,
-                                                      U.I32.as_pointer()])
+def _ahead(b: ir.IRBuilder, value: ir.Value, target: ir.Value, name: str) -> ir.Value:
+    """value >= target on a wrapping i32 counter."""
+    return b.icmp_signed(">=", b.sub(value, target), U.i32(0), name=name)
+
+
+def emit_sync(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Function, ir.Function]:
+    """(claim, wait, finish):
+
+    - i32 glowpy.claim(i32* flags, i32 epoch, i32 chunks, i32 first): a chunk c (0 <= c < chunks) no one
+      claimed this epoch, trying first, first + 1, ... (mod chunks), or -1 when all are taken;
+    - void glowpy.wait(i32* done, i32 target, i32* sleepers): until *done reaches target, spinning with
+      `pause`, then `sched_yield`, then parked on the counter (an overloaded host gives the core to the
+      thread that is waited for);
+    - void glowpy.finish(i32* done, i32* sleepers): count a chunk done, waking parked waiters."""
+    if "glowpy.claim" in module.globals:
+        return module.globals["glowpy.claim"], module.globals["glowpy.wait"], module.globals["glowpy.finish"]
     park, wake = _futex(module, target)
-    count, gen, n, sleepers = fn.args
-    count.name, gen.name, n.name, sleepers.name = "count", "gen", "n", "sleepers"
-    blocks = ("entry", "arrive", "last", "wake", "wait", "relax", "pause", "backoff", "yield", "park", "done")
-    entry, arrive, last, wake_bb, wait, relax, pause_bb, backoff, yield_bb, park_bb, done = (
-        fn.append_basic_block(x) for x in blocks)
+
+    claim = _internal(module, "glowpy.claim", U.I32, [U.I32.as_pointer(), U.I32, U.I32, U.I32])
+    flags, epoch, chunks, first = claim.args
+    flags.name, epoch.name, chunks.name, first.name = "flags", "epoch", "chunks", "first"
+    entry, loop, look, swap, got, nxt, none = (
+        claim.append_basic_block(x) for x in ("entry", "loop", "look", "swap", "got", "next", "none"))
     b = ir.IRBuilder(entry)
-    b.cbranch(b.icmp_signed("<=", n, U.i32(1)), done, arrive)
-    b.position_at_end(arrive)
-    g0 = b.load_atomic(gen, "acquire", 4, name="gen0")
-    c = b.atomic_rmw("add", count, U.i32(1), "acq_rel", name="arrived")
-    b.cbranch(b.icmp_signed("==", c, b.sub(n, U.i32(1))), last, wait)
-    b.position_at_end(last)
-    b.store_atomic(U.i32(0), count, "monotonic", 4)
-    b.atomic_rmw("add", gen, U.i32(1), "seq_cst")
-    asleep = b.load_atomic(sleepers, "seq_cst", 4, name="asleep")
-    b.cbranch(b.icmp_unsigned("!=", asleep, U.i32(0)), wake_bb, done)
-    b.position_at_end(wake_bb)
-    b.call(wake, [gen])
-    b.branch(done)
-    b.position_at_end(wait)
-    spins = b.phi(U.I32, name="spins")
-    spins.add_incoming(U.i32(0), arrive)
-    g1 = b.load_atomic(gen, "acquire", 4, name="gen1")
-    b.cbranch(b.icmp_unsigned("!=", g1, g0), done, relax)
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(U.I32, name="i")
+    i.add_incoming(U.i32(0), entry)
+    b.cbranch(b.icmp_signed("<", i, chunks), look, none)
+    b.position_at_end(look)
+    c = b.urem(b.add(first, i), chunks, name="c")
+    flag = b.gep(flags, [b.zext(c, U.I64)], inbounds=True, name="flag")
+    f = b.load_atomic(flag, "monotonic", 4, name="f")
+    b.cbranch(_ahead(b, f, epoch, "taken"), nxt, swap)  # a flag at or past this epoch: taken
+    b.position_at_end(swap)
+    pair = b.cmpxchg(flag, f, epoch, "acq_rel", "monotonic", name="pair")
+    b.cbranch(b.extract_value(pair, 1, name="won"), got, nxt)
+    b.position_at_end(got)
+    b.ret(c)
+    b.position_at_end(nxt)
+    i.add_incoming(b.add(i, U.i32(1), name="i.next"), nxt)
+    b.branch(loop)
+    b.position_at_end(none)
+    b.ret(U.i32(-1))
+
+    wait = _internal(module, "glowpy.wait", U.VOID, [U.I32.as_pointer(), U.I32, U.I32.as_pointer()])
+    done, goal, sleepers = wait.args
+    done.name, goal.name, sleepers.name = "done", "target", "sleepers"
+    blocks = ("entry", "check", "relax", "pause", "backoff", "yield", "park", "out")
+    entry, check, relax, pause_bb, backoff, yield_bb, park_bb, out = (wait.append_basic_block(x) for x in blocks)
+    b = ir.IRBuilder(entry)
+    b.branch(check)
+    b.position_at_end(check)
+    spins = b.phi(U.I32, name="spins")  # pauses since the last yield
+    yields = b.phi(U.I32, name="yields")
+    spins.add_incoming(U.i32(0), entry)
+    yields.add_incoming(U.i32(0), entry)
+    d = b.load_atomic(done, "acquire", 4, name="d")
+    b.cbranch(_ahead(b, d, goal, "reached"), out, relax)
     b.position_at_end(relax)
-    b.cbranch(b.icmp_unsigned("<", spins, U.i32(SPIN_BEFORE_YIELD)), pause_bb, backoff)
+    b.cbranch(b.icmp_unsigned("<", spins, U.i32(PAUSES_PER_YIELD)), pause_bb, backoff)
     b.position_at_end(pause_bb)
     _pause(b, target)
     spins.add_incoming(b.add(spins, U.i32(1), name="spins.next"), pause_bb)
-    b.branch(wait)
+    yields.add_incoming(yields, pause_bb)
+    b.branch(check)
     b.position_at_end(backoff)
-    b.cbranch(b.icmp_unsigned("<", spins, U.i32(SPIN_BEFORE_YIELD + YIELDS_BEFORE_PARK)), yield_bb, park_bb)
+    b.cbranch(b.icmp_unsigned("<", yields, U.i32(YIELDS_BEFORE_PARK)), yield_bb, park_bb)
     b.position_at_end(yield_bb)
     b.call(U.declare(module, "sched_yield", U.I32, []), [])
-    spins.add_incoming(b.add(spins, U.i32(1), name="yields.next"), yield_bb)
-    b.branch(wait)
+    spins.add_incoming(U.i32(0), yield_bb)
+    yields.add_incoming(b.add(yields, U.i32(1), name="yields.next"), yield_bb)
+    b.branch(check)
     b.position_at_end(park_bb)
     b.atomic_rmw("add", sleepers, U.i32(1), "seq_cst")
-    b.call(park, [gen, g0])
+    b.call(park, [done, d])
     b.atomic_rmw("sub", sleepers, U.i32(1), "seq_cst")
     spins.add_incoming(spins, park_bb)
-    b.branch(wait)
-    b.position_at_end(done)
+    yields.add_incoming(yields, park_bb)
+    b.branch(check)
+    b.position_at_end(out)
     b.ret_void()
-    return fn
+
+    finish = _internal(module, "glowpy.finish", U.VOID, [U.I32.as_pointer(), U.I32.as_pointer()])
+    done, sleepers = finish.args
+    done.name, sleepers.name = "done", "sleepers"
+    entry, wake_bb, out = (finish.append_basic_block(x) for x in ("entry", "wake", "out"))
+    b = ir.IRBuilder(entry)
+    b.atomic_rmw("add", done, U.i32(1), "seq_cst")
+    asleep = b.load_atomic(sleepers, "seq_cst", 4, name="asleep")
+    b.cbranch(b.icmp_unsigned("!=", asleep, U.i32(0)), wake_bb, out)
+    b.position_at_end(wake_bb)
+    b.call(wake, [done])
+    b.branch(out)
+    b.position_at_end(out)
+    b.ret_void()
+    return claim, wait, finish
 
 
 def _emit_thread(module: ir.Module, target: HostTarget, worker: ir.Function, park: ir.Function,
                  pool_ty: ir.Type) -> ir.Function:
     """i8* glowpy.thread(ctx): wait for the next run (spin, then park), run the worker; exit on stop."""
     fn = _internal(module, "glowpy.thread", U.I8P, [U.I8P])
-    entry, loop, wait, relax, pause_bb, park_bb, got, work, leave = (
-        fn.append_basic_block(x) for x in ("entry", "loop", "wait", "relax", "pause", "park", "got", "work", "exit"))
+    entry, loop, wait, relax, pause_bb, yield_bb, park_bb, got, work, leave = (
+        fn.append_basic_block(x) for x in ("entry", "loop", "wait", "relax", "pause", "yield", "park", "got", "work",
+                                           "exit"))
     b = ir.IRBuilder(entry)
     ctx = b.bitcast(fn.args[0], THREAD_CTX.as_pointer(), name="ctx")
     shared = b.load(member(b, ctx, 0), name="shared")
@@ -181,9 +250,14 @@ def _emit_thread(module: ir.Module, target: HostTarget, worker: ir.Function, par
     b.cbranch(b.icmp_unsigned("!=", now, seen), got, relax)
     b.position_at_end(relax)
     b.cbranch(b.icmp_unsigned("<", spins, U.i32(SPIN_BEFORE_PARK)), pause_bb, park_bb)
-    b.position_at_end(pause_bb)
+    b.position_at_end(pause_bb)  # a yield every PAUSES_PER_YIELD pauses: thread 0 may need this core
     _pause(b, target)
-    spins.add_incoming(b.add(spins, U.i32(1), name="spins.next"), pause_bb)
+    spun = b.add(spins, U.i32(1), name="spins.next")
+    spins.add_incoming(spun, pause_bb)
+    b.cbranch(b.icmp_unsigned("==", b.urem(spun, U.i32(PAUSES_PER_YIELD)), U.i32(0)), yield_bb, wait)
+    b.position_at_end(yield_bb)
+    b.call(U.declare(module, "sched_yield", U.I32, []), [])
+    spins.add_incoming(spun, yield_bb)
     b.branch(wait)
     b.position_at_end(park_bb)
     b.atomic_rmw("add", sleepers, U.i32(1), "seq_cst")
@@ -203,13 +277,13 @@ def _emit_thread(module: ir.Module, target: HostTarget, worker: ir.Function, par
     return fn
 
 
-def emit_pool(module: ir.Module, target: HostTarget, worker: ir.Function, nthreads: int,
+def emit_pool(module: ir.Module, target: HostTarget, worker: ir.Function, nthreads: int, nsteps: int,
               offset: int) -> ir.Function:
     """The pool's functions; returns i32 glowpy.pool.run(i8** weights, i8* arena, i8** inputs,
     i8** outputs): starts the pool if needed, publishes the run and wakes the threads; returns the
     thread count (the caller then runs the worker as thread 0). Also defines the exported
     `glowpy_release(i8* arena)`."""
-    pool_ty = pool_type(nthreads)
+    pool_ty = pool_type(nthreads, nsteps)
     extra = nthreads - 1
     park, wake = _futex(module, target)
     thread = _emit_thread(module, target, worker, park, pool_ty)
@@ -229,9 +303,9 @@ def emit_pool(module: ir.Module, target: HostTarget, worker: ir.Function, nthrea
     fn = _internal(module, "glowpy.pool.run", U.I32, [i8pp, U.I8P, i8pp, i8pp])
     for a, name in zip(fn.args, ("weights", "arena", "inputs", "outputs")):
         a.name = name
-    entry, create, spawn, spawned, created, publish, wake_bb, done = (
-        fn.append_basic_block(x) for x in ("entry", "create", "spawn", "spawned", "created", "publish", "wake",
-                                           "done"))
+    entry, create, zero, spawn, spawned, created, publish, wake_bb, done = (
+        fn.append_basic_block(x) for x in ("entry", "create", "zero", "spawn", "spawned", "created", "publish",
+                                           "wake", "done"))
     b = ir.IRBuilder(entry)
     pool = pool_of(b, fn.args[1])
     shared = member(b, pool, 0, name="shared")
@@ -239,15 +313,22 @@ def emit_pool(module: ir.Module, target: HostTarget, worker: ir.Function, nthrea
     b.cbranch(running, publish, create)
 
     b.position_at_end(create)  # a fresh pool: no thread of this arena is alive in this process
-    for i in (RUN, COUNT, GEN, BARRIER_SLEEPERS):
+    for i in (EPOCH, RUN, WAIT_SLEEPERS):
         b.store(U.i32(0), member(b, shared, i))
     for i in (STOP, SLEEPERS, STARTED):
         b.store(U.i32(0), member(b, pool, i))
     pcreate = U.declare(module, "pthread_create", U.I32, [U.I64.as_pointer(), U.I8P, U.I8P, U.I8P])
-    b.branch(spawn)
+    b.branch(zero)
+    b.position_at_end(zero)  # the step counters (a bundle's arena is not zeroed)
+    z = b.phi(U.I32, name="z")
+    z.add_incoming(U.i32(0), create)
+    b.store(U.i32(0), b.gep(member(b, pool, COUNTERS, 0), [b.zext(z, U.I64)], inbounds=True))
+    z1 = b.add(z, U.i32(1), name="z.next")
+    z.add_incoming(z1, zero)
+    b.cbranch(b.icmp_signed("<", z1, U.i32((nthreads + 1) * max(nsteps, 1))), zero, spawn)
     b.position_at_end(spawn)
     t = b.phi(U.I32, name="t")
-    t.add_incoming(U.i32(0), create)
+    t.add_incoming(U.i32(0), zero)
     ctx = member(b, pool, CONTEXTS, 0, name="ctx0")
     ctx = b.gep(ctx, [b.zext(t, U.I64)], inbounds=True, name="ctx")
     b.store(shared, member(b, ctx, 0))
@@ -271,6 +352,8 @@ def emit_pool(module: ir.Module, target: HostTarget, worker: ir.Function, nthrea
     b.position_at_end(publish)
     for i, a in enumerate(fn.args):
         b.store(a, member(b, shared, i))
+    epoch = member(b, shared, EPOCH, name="epoch.addr")  # only thread 0 writes it
+    b.store_atomic(b.add(b.load(epoch, name="epoch"), U.i32(1)), epoch, "release", 4)
     b.atomic_rmw("add", member(b, shared, RUN), U.i32(1), "seq_cst")
     asleep = b.load_atomic(member(b, pool, SLEEPERS), "seq_cst", 4, name="asleep")
     b.cbranch(b.icmp_unsigned("!=", asleep, U.i32(0)), wake_bb, done)

@@ -148,7 +148,7 @@ def test_pool_ir_is_printable_and_runs_as_avx2_code() -> None:
     graph, feeds = conv_net()
     text = CpuBackend().emit_llvm(graph, threads=2)
     for name in ('define void @"glowpy_release"(i8* %"arena")', '@"glowpy.thread"', '@"glowpy.park"',
-                 '@"glowpy.pool.run"', '@"glowpy.barrier"'):
+                 '@"glowpy.pool.run"', '@"glowpy.claim"', '@"glowpy.wait"'):
         assert name in text
     assert "glowpy.pool.run" not in CpuBackend().emit_llvm(graph, threads=1)
     if not isa_available("avx2"):

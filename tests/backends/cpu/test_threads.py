@@ -11,7 +11,7 @@ import pytest
 
 import glowpy
 import glowpy.backends.cpu.lowering as lowering
-from glowpy.backends.cpu import CpuBackend, codegen, host_target, resolve_threads
+from glowpy.backends.cpu import CpuBackend, codegen, host_target, resolve_threads, threads
 from glowpy.errors import UnsupportedAttribute
 from glowpy.ir.graph import Graph
 from glowpy.ir.types import TensorType
@@ -150,14 +150,23 @@ def fire_net() -> tuple[Graph, list[np.ndarray]]:
 
 
 def schedule(graph: Graph, nthreads: int) -> tuple[list, codegen.Program]:
-    """The worker's calls in order: step indices, and "|" for each barrier."""
+    """The worker's calls in order: step indices, and ("wait", step) for each wait, read from the IR."""
     prog = codegen.build(graph, host_target(), nthreads=nthreads)
     text = str(prog.module)
     worker = text[text.index('define internal void @"glowpy.worker"'):]
     worker = worker[:worker.index("\n}\n")]
     called = iter(k for k, s in enumerate(prog.steps) if s.fn is not None)
-    return ["|" if name == "glowpy.barrier" else next(called)
-            for name in re.findall(r'call void @"([^"]+)"', worker)], prog
+    order: list = []
+    for line in worker.splitlines():
+        done = re.search(r'%"step(\d+)\.done(\.\d+)?" = getelementptr', line)
+        call = re.search(r'call void @"([^"]+)"', line)
+        if done:
+            last_done = int(done.group(1))
+        elif call and call.group(1) == "glowpy.wait":
+            order.append(("wait", last_done))
+        elif call and call.group(1) != "glowpy.finish":
+            order.append(next(called))
+    return order, prog
 
 
 def test_independent_steps_follow_each_other_without_a_barrier() -> None:
@@ -166,7 +175,8 @@ def test_independent_steps_follow_each_other_without_a_barrier() -> None:
     names = [s.nodes[0].name for s in prog.steps]
     squeeze, e1, e3, cat = (names.index(n) for n in ("squeeze", "expand1", "expand3", "cat"))
     assert all(s.parallel for s in prog.steps)
-    assert order == [squeeze, "|", e1, e3, "|", cat, "|"]
+    assert order == [squeeze, ("wait", squeeze), e1, e3, ("wait", e1), ("wait", e3), cat, ("wait", cat)]
+    assert prog.waits == {e1: [squeeze], cat: [e1, e3], len(prog.steps): [cat]}
     want = CpuBackend().compile(graph, threads=1, cache=False).run(feeds)
     for n in (2, 3, 4):
         ex = CpuBackend().compile(graph, threads=n, cache=False)
@@ -184,7 +194,7 @@ def test_independent_steps_follow_each_other_without_a_barrier() -> None:
 
 def test_a_step_writing_over_the_previous_steps_scratch_waits_for_it() -> None:
     """c3 reads nothing c2 writes, but the arena places c3's output over c2's scratch (live only at c2's
-    step): threads still in c2 would see it overwritten, so a barrier separates them."""
+    step): threads still in c2 would see it overwritten, so c3 waits for c2."""
     rng = np.random.default_rng(2)
     g = Graph("reuse")
     x = g.add_input("x", TensorType(np.float32, (1, 8, 32, 32)))
@@ -197,7 +207,73 @@ def test_a_step_writing_over_the_previous_steps_scratch_waits_for_it() -> None:
     out3 = prog.storage[id(c3)].offset
     assert out3 < scratch + prog.steps[k2].scratch * 2 and scratch < out3 + c3.type.nbytes, \
         "the test needs c3's output over c2's scratch"
-    assert order.index(k3) == order.index(k2) + 2 and order[order.index(k2) + 1] == "|"
+    assert order.index(k3) == order.index(k2) + 2 and order[order.index(k2) + 1] == ("wait", k2)
+    assert k2 in prog.waits[k3]
     feeds = [rng.standard_normal((1, 8, 32, 32)).astype(np.float32)]
     got, want = run_both(g, feeds, threads=2)
     assert_close(got, want, "scratch reuse, 2 threads")
+
+
+def counters_at(prog: codegen.Program) -> slice:
+    """Where the pool's step counters are in the arena (bytes)."""
+    at = prog.plan.offsets[threads.POOL_KEY] + threads.counters_offset(prog.nthreads, len(prog.steps),
+                                                                       host_target().data_layout)
+    return slice(at, at + 4 * (prog.nthreads + 1) * len(prog.steps))
+
+
+def check_counters(ex, prog: codegen.Program, runs: int) -> None:
+    """After `runs` runs of a fresh pool: each step's done count is runs x its chunks (nthreads if split,
+    1 if serial), and each of its chunks' flags holds the last epoch, `runs`."""
+    c = ex._arena[counters_at(prog)].view(np.int32).reshape(len(prog.steps), prog.nthreads + 1)
+    for k, s in enumerate(prog.steps):
+        chunks = 0 if s.fn is None else prog.nthreads if s.parallel else 1
+        assert c[k, 0] == runs * chunks, f"step {k}: done {c[k, 0]}, want {runs * chunks}"
+        assert list(c[k, 1:]) == [runs] * chunks + [0] * (prog.nthreads - chunks), f"step {k}: flags {c[k, 1:]}"
+
+
+def test_every_chunk_runs_once_per_run_and_the_pool_restarts_clean() -> None:
+    """Each run claims and finishes each split step's nthreads chunks and each serial step's one chunk
+    exactly once, whichever thread takes them; a release and a new pool (whose counters start from
+    garbage, as a bundle's unzeroed arena would) do the same with the same bits."""
+    graph, feeds = conv_net()
+    prog = codegen.build(graph, host_target(), nthreads=3)
+    assert any(s.parallel for s in prog.steps) and not all(s.parallel for s in prog.steps if s.fn is not None)
+    ex = CpuBackend().compile(graph, threads=3, cache=False)
+    want = CpuBackend().compile(graph, threads=1, cache=False).run(feeds)
+    for runs in range(1, 8):
+        for got, ref in zip(ex.run(feeds), want):
+            assert got.tobytes() == ref.tobytes()
+        check_counters(ex, prog, runs)
+    ex.close()
+    ex._arena[counters_at(prog)] = 0xA5
+    for _ in range(3):
+        for got, ref in zip(ex.run(feeds), want):
+            assert got.tobytes() == ref.tobytes()
+    check_counters(ex, prog, 3)
+    ex.close()
+
+
+def test_runs_complete_while_the_pool_threads_are_starved() -> None:
+    """More busy Python threads than cores run their own threaded executables at once: every run ends
+    (no thread waits for one that has not arrived) and every result is right."""
+    graph, feeds = fire_net()
+    want = CpuBackend().compile(graph, threads=1).run(feeds)
+    exes = [CpuBackend().compile(graph, threads=2) for _ in range(4)]
+    assert len({ex._arena_ptr for ex in exes}) == 4
+    errors: list[str] = []
+
+    def hammer(ex) -> None:
+        for _ in range(20):
+            for got, ref in zip(ex.run(feeds), want):
+                if got.tobytes() != ref.tobytes():
+                    errors.append("a starved run differs from 1 thread")
+
+    ts = [threading.Thread(target=hammer, args=(ex,)) for ex in exes]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in ts), "a run did not finish"
+    assert not errors
+    for ex in exes:
+        ex.close()
