@@ -73,17 +73,18 @@ CHANNEL_PACKED = {
 }
 
 
+@pytest.mark.parametrize("vw", sorted({VW, 8}))
 @pytest.mark.parametrize("by_pixels", [True, False])
 @pytest.mark.parametrize("name", list(CHANNEL_PACKED))
-def test_channel_split(name: str, by_pixels: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_channel_split(name: str, by_pixels: bool, vw: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(conv, "WINOGRAD", False)
     monkeypatch.setattr(conv, "CHANNEL_WEIGHT_BYTES", 0)
     monkeypatch.setattr(conv, "PACK_COST", 1e9 if by_pixels else 0)
     x_shape, w_shape, attrs = CHANNEL_PACKED[name]
     geo = _geometry(x_shape, w_shape, attrs)
-    assert conv._kind(geo, VW) == "channel"
+    assert conv._kind(geo, vw) == "channel"
     assert conv._split_by_pixels(geo, 1, 1) is by_pixels
-    _run_and_check(x_shape, w_shape, attrs, residual=True, activation="relu", threads=(1, 2, 3))
+    _run_and_check(x_shape, w_shape, attrs, residual=True, activation="relu", threads=(1, 2, 3), vector_width=vw)
 
 
 @pytest.mark.parametrize("by_pixels", [True, False])
