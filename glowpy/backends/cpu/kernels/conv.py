@@ -361,8 +361,8 @@ def _pack_channel_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     return [np.ascontiguousarray(wg.reshape(geo.group, mpanels, nr, kg).transpose(0, 1, 3, 2)).ravel(), bp.ravel()]
 
 
-def panel_range(b: ir.IRBuilder, tid, nthreads, *, images: int, panels: int, edge_cost: int, full_cost: int,
-                mblocks: int) -> tuple:
+def _cost_range(b: ir.IRBuilder, tid, nthreads, *, images: int, panels: int, edge_cost: int, full_cost: int,
+               mblocks: int) -> tuple:
     """Thread tid's contiguous share [lo, hi) of the units (image, panel, row block), balanced by cost
     rather than count: a unit of each image's last panel costs edge_cost, the others full_cost (a narrow
     edge panel, e.g. 13x13 = 169 pixels in panels of 32: 5 full + one vector, would otherwise leave the
@@ -420,8 +420,8 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
         planes_of = b.alloca(I64, name="phase.img")  # the image (x group) the planes hold, -1: none
         band_of = b.alloca(I64, name="phase.band")  # and their band's first output row
 
-    lo, hi = panel_range(b, tid, nthreads, images=geo.N * geo.group, panels=nblocks, mblocks=mblocks, full_cost=nv,
-                         edge_cost=math.ceil(p_edge / vw) if p_edge else nv)
+    lo, hi = _cost_range(b, tid, nthreads, images=geo.N * geo.group, panels=nblocks, mblocks=mblocks, full_cost=nv,
+                          edge_cost=math.ceil(p_edge / vw) if p_edge else nv)
 
     def chunk(c0, ncc, first, last) -> None:
         """Channels [c0, c0 + ncc) of every panel and row block this thread owns. The first chunk starts
@@ -575,8 +575,9 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
     vectors, and the epilogue scatters each vector down a column of NCHW. Work units are (image and group,
     channel panel, pixel block) with pixel blocks innermost, so a channel panel's weights are read from
     memory once and reused from cache by every pixel block (the weights of these layers are far larger than
-    their maps); without the 1x1 direct read, a thread packs the whole map's pixels of a reduction chunk
-    once per image and group. Reduction chunks keep their partial sums in a per-thread scratch tile store,
+    their maps); without the 1x1 direct read, a thread packs the pixels of a reduction chunk once per image
+    and group: the whole map's, or where packing costs more than re-reading the weights (`_split_by_pixels`)
+    only its own pixel blocks', its units then ordered (pixel block, channel panel). Reduction chunks keep their partial sums in a per-thread scratch tile store,
     so out is written once (out == residual is safe)."""
     pr, nv = _channel_tile(geo, vw)  # pixels per tile, channel vectors per tile
     nr = nv * vw
