@@ -2,6 +2,7 @@
 kernel tests share.
 
     python tools/bench_kernels.py [--repeats N] [--threads 1 2] [--no-ort] [--pools] [--small] [--cold]
+    python tools/bench_kernels.py --model MODEL.onnx --shares [--threads 1 2 3]
     python tools/bench_kernels.py --winograd MODEL.onnx [...] [--cpu-clock]
 
 For every distinct ResNet-50 conv layer shape (batch 1), and gemm at 512^3, prints GFLOP/s single- and
@@ -11,6 +12,10 @@ medians of several repeats; the machine is shared, so expect noise of several pe
 vector MaxPool / AveragePool kernel on the zoo's pooling layers instead (ms and input taps per ns).
 `--small` times the small-map layers (P = OH*OW <= 300) of inception_v3, googlenet and densenet121 instead;
 `--cold` evicts the caches before every call, as a whole model does (its weights never stay cached).
+`--model` times the distinct conv layers of that model instead. `--shares`: per thread count T > 1, each
+thread's share (tid of T) runs alone, timed in thread CPU time, and the slowest share is reported: the
+kernel's critical path on T idle cores, which other processes on a loaded machine barely disturb (an uneven
+split or work every thread repeats shows; contention for memory bandwidth does not).
 `--winograd`: per 3x3 stride-1 conv of the given models, the time and float64 error of each kernel choice
 (what conv.winograd_tile's selection is measured against).
 """
@@ -259,6 +264,15 @@ def small_map_convs() -> list[dict]:
     return out
 
 
+def time_shares(k: JitKernel, out, x, third=None, nthreads: int = 2, repeats: int = 7) -> list[float]:
+    """Median thread CPU seconds of each tid's share of a call with nthreads, the shares run one at a time."""
+    ptrs = [out.ctypes.data, x.ctypes.data, None if third is None else third.ctypes.data]
+    scratch = k._scratch_for(nthreads)
+    packed = [p.ctypes.data for p in k.packed]
+    return [time_numpy(lambda t=t: k.cfunc(*ptrs, scratch[t].ctypes.data, *packed, t, nthreads), repeats,
+                       cpu_clock=True) for t in range(nthreads)]
+
+
 def time_cold(k: JitKernel, out, x, third=None, repeats: int = 7, cpu_clock: bool = False) -> float:
     """Median seconds of single-threaded calls, each after a pass over 64 MiB evicts the caches."""
     clock = time.thread_time if cpu_clock else time.perf_counter
@@ -412,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
                     "AVX-512 host approximates AVX2)")
     ap.add_argument("--small", action="store_true", help="the zoo's small-map conv layers instead of ResNet-50's")
     ap.add_argument("--cold", action="store_true", help="evict the caches before every call (1 thread only)")
+    ap.add_argument("--model", metavar="MODEL.onnx", help="the distinct conv layers of this model instead")
+    ap.add_argument("--shares", action="store_true",
+                    help="T > 1: the slowest thread's share run alone, in thread CPU time (see above)")
     ap.add_argument("--cpu-clock", action="store_true",
                     help="single-thread columns in thread CPU time (robust on a loaded machine); 2T stays wall")
     ap.add_argument("--pools", action="store_true", help="the pooling kernels instead of conv and gemm")
@@ -428,13 +445,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rng = np.random.default_rng(0)
     clock = "1T: thread CPU time, 2T+: wall" if args.cpu_clock else "wall clock"
+    if args.shares:
+        clock = ("1T: thread CPU time" if args.cpu_clock else "1T: wall") + ", 2T+: the slowest share's CPU time"
     print(f"glowpy kernels, vector width {vw}; medians of {args.repeats} repeats, {clock} (shared machine: noisy)")
     cols = "".join(f" | {t}T GF/s   ms  numpy" for t in args.threads)
     print(f"{'#':>2} {'layer (C,H,W)->(M,C/g,KH,KW) stride pad':<44}{'n':>3}{cols}")
     totals = dict.fromkeys(args.threads, 0.0)
     if args.cold and args.threads != [1]:
         ap.error("--cold measures one thread only")
-    for i, layer in enumerate(small_map_convs() if args.small else resnet50_convs()):
+    layers = model_convs(args.model) if args.model else small_map_convs() if args.small else resnet50_convs()
+    for i, layer in enumerate(layers):
         if args.layers and i not in args.layers:
             continue
         flops, oshape = _conv_flops(layer)
@@ -452,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         for t in args.threads:
             if args.cold:
                 sec = time_cold(k, out, x, repeats=args.repeats, cpu_clock=args.cpu_clock)
+            elif args.shares and t > 1:
+                sec = max(time_shares(k, out, x, nthreads=t, repeats=args.repeats))
             else:
                 sec = time_kernel(k, out, x, nthreads=t, repeats=args.repeats, pool=pools.get(t),
                                   cpu_clock=args.cpu_clock)
@@ -465,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # gemm: 512^3 with B constant (packed at compile time) and B a runtime operand, and ResNet-50's
     # classifier (batch 1: a matrix-vector product, memory-bound on the 8 MB weight)
-    gemms = () if args.small else ((512, 512, 512, True, False), (512, 512, 512, False, False),
+    gemms = () if args.small or args.model else ((512, 512, 512, True, False), (512, 512, 512, False, False),
                                    (1, 1000, 2048, True, True))
     for m_, n_, k_, const, b_trans in gemms:
         a = rng.standard_normal((m_, k_)).astype(np.float32)
@@ -481,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
             third = None if const else bmat
             if args.cold:
                 sec = time_cold(k, out, a, third, repeats=args.repeats, cpu_clock=args.cpu_clock)
+            elif args.shares and t > 1:
+                sec = max(time_shares(k, out, a, third, nthreads=t, repeats=args.repeats))
             else:
                 sec = time_kernel(k, out, a, third, nthreads=t, repeats=args.repeats, pool=pools.get(t),
                                   cpu_clock=args.cpu_clock)
@@ -490,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         desc = f"gemm {m_}x{n_}x{k_}, B{'^T' if b_trans else ''} {'constant' if const else 'runtime'}"
         print(f"{'':>2} {desc:<44}{'':>3}{row}", flush=True)
 
-    if args.layers or args.small:
+    if args.layers or args.small or args.model:
         return 0
     print()
     for t in args.threads:

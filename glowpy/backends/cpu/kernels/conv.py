@@ -361,6 +361,31 @@ def _pack_channel_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     return [np.ascontiguousarray(wg.reshape(geo.group, mpanels, nr, kg).transpose(0, 1, 3, 2)).ravel(), bp.ravel()]
 
 
+def _cost_range(b: ir.IRBuilder, tid, nthreads, *, images: int, panels: int, edge_cost: int, full_cost: int,
+               mblocks: int) -> tuple:
+    """Thread tid's contiguous share [lo, hi) of the units (image, panel, row block), balanced by cost
+    rather than count: a unit of each image's last panel costs edge_cost, the others full_cost (a narrow
+    edge panel, e.g. 13x13 = 169 pixels in panels of 32: 5 full + one vector, would otherwise leave the
+    thread holding it ~10% idle at 2 threads). Cost positions split evenly, each mapped to the first unit
+    starting at or after it, so the shares of consecutive threads meet."""
+    if edge_cost == full_cost:
+        return U.thread_range(b, images * panels * mblocks, tid, nthreads, "unit")
+    full_units = (panels - 1) * mblocks
+    fulls = full_units * full_cost  # cost of an image's full panels
+    per_image = fulls + mblocks * edge_cost
+    pos_lo, pos_hi = U.thread_range(b, images * per_image, tid, nthreads, "cost")
+
+    def unit(pos):
+        i64 = U.i64
+        img, r = b.udiv(pos, i64(per_image)), b.urem(pos, i64(per_image))
+        in_full = b.udiv(b.add(r, i64(full_cost - 1)), i64(full_cost))
+        in_edge = b.add(i64(full_units), b.udiv(b.add(b.sub(r, i64(fulls)), i64(edge_cost - 1)), i64(edge_cost)))
+        at = b.select(b.icmp_unsigned("<", r, i64(fulls)), in_full, in_edge)
+        return b.add(b.mul(img, i64(panels * mblocks)), at, name="unit")
+
+    return unit(pos_lo), unit(pos_hi)
+
+
 def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
     mr, nv = choose_tile(geo.Mg, vw)
     nr = nv * vw
@@ -395,7 +420,8 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
         planes_of = b.alloca(I64, name="phase.img")  # the image (x group) the planes hold, -1: none
         band_of = b.alloca(I64, name="phase.band")  # and their band's first output row
 
-    lo, hi = U.thread_range(vx.b, geo.N * geo.group * nblocks * mblocks, tid, nthreads, "unit")
+    lo, hi = _cost_range(b, tid, nthreads, images=geo.N * geo.group, panels=nblocks, mblocks=mblocks, full_cost=nv,
+                          edge_cost=math.ceil(p_edge / vw) if p_edge else nv)
 
     def chunk(c0, ncc, first, last) -> None:
         """Channels [c0, c0 + ncc) of every panel and row block this thread owns. The first chunk starts
@@ -523,6 +549,18 @@ def _channel_tile(geo: _Geometry, vw: int) -> tuple[int, int]:
 CHANNEL_CHUNK_SHARE = 8  # of L2_WEIGHT_BYTES
 
 
+# Threads split the channel path's units by channel panels (pixel blocks innermost: a thread reads only its
+# panels' weights, but packs every pixel block of the map) or by pixel blocks (a thread packs only its blocks
+# but reads every panel's weights). Packing a float (a masked load or gather and a store into scratch) costs
+# about as much as streaming PACK_COST weight floats, a gather (strided input) about four times that.
+PACK_COST = 2
+
+
+def _split_by_pixels(geo: _Geometry, pix_floats: int, weight_floats: int) -> bool:
+    """Whether the channel path splits its packed pixel blocks (pix_floats per k row) across threads."""
+    return not geo.direct and pix_floats * PACK_COST * (1 if geo.shift else 4) > weight_floats
+
+
 def _channel_chunk(geo: _Geometry, nr: int, pix_floats: int) -> int:
     """Channels per reduction chunk of the channel path, balanced; pix_floats: pixel floats per k row."""
     per_channel = geo.KHKW * (nr + pix_floats) * 4
@@ -537,8 +575,9 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
     vectors, and the epilogue scatters each vector down a column of NCHW. Work units are (image and group,
     channel panel, pixel block) with pixel blocks innermost, so a channel panel's weights are read from
     memory once and reused from cache by every pixel block (the weights of these layers are far larger than
-    their maps); without the 1x1 direct read, a thread packs the whole map's pixels of a reduction chunk
-    once per image and group. Reduction chunks keep their partial sums in a per-thread scratch tile store,
+    their maps); without the 1x1 direct read, a thread packs the pixels of a reduction chunk once per image
+    and group: the whole map's, or where packing costs more than re-reading the weights (`_split_by_pixels`)
+    only its own pixel blocks', its units then ordered (pixel block, channel panel). Reduction chunks keep their partial sums in a per-thread scratch tile store,
     so out is written once (out == residual is safe)."""
     pr, nv = _channel_tile(geo, vw)  # pixels per tile, channel vectors per tile
     nr = nv * vw
@@ -553,7 +592,9 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
     pix_stride = 8  # pixel buffer row: pr <= 8 floats, one <8 x float> per k
     cc = _channel_chunk(geo, nr, geo.P if direct else pblocks * pix_stride)
     chunks = math.ceil(geo.Cg / cc)
-    units = geo.N * geo.group * mpanels * pblocks
+    per_image = mpanels * pblocks
+    units = geo.N * geo.group * per_image
+    by_pixels = _split_by_pixels(geo, pblocks * pix_stride, mpanels * nr)
     block_floats = cc * geo.KHKW * pix_stride  # one pixel block's rows of a chunk
     pbuf_floats = 0 if direct else pblocks * block_floats
     cbuf_floats = units * pr * nr if chunks > 1 else 0
@@ -572,28 +613,35 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
         base = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="scratch.base")
         pbuf = base
         cbuf = vx.gep(base, pbuf_floats, name="partials")
-    packed_for = None if direct else b.alloca(I64, name="packed.for")  # image-group whose pixels pbuf holds
+    # image-group whose pixels pbuf holds (split by channel panels: every pixel block of it)
+    packed_for = None if direct or by_pixels else b.alloca(I64, name="packed.for")
     lo, hi = U.thread_range(vx.b, units, tid, nthreads, "unit")
+    mpn = ir.Constant(I64, mpanels)
+
+    def unit_of(outer, pb):
+        """Index of unit (outer = image-group * mpanels + channel panel, pixel block pb) in the split's order:
+        (image-group, pixel block, channel panel) when split by pixels, else (image-group, panel, block)."""
+        if not by_pixels:
+            return b.add(b.mul(outer, ir.Constant(I64, pblocks)), pb, name="u")
+        img_g, mp = b.udiv(outer, mpn), b.urem(outer, mpn)
+        return b.add(b.mul(img_g, ir.Constant(I64, per_image)), b.add(b.mul(pb, mpn), mp), name="u")
 
     def chunk(c0, ncc, first, last) -> None:
         kc = ncc * geo.KHKW if isinstance(ncc, int) else b.mul(ncc, ir.Constant(I64, geo.KHKW), name="kc")
         if packed_for is not None:
             b.store(ir.Constant(I64, -1), packed_for)
 
-        def pack_map(x_img) -> None:
-            """Every pixel block's rows [c0*KHKW, (c0+ncc)*KHKW) of the im2col matrix into pbuf."""
+        def pack_map(x_img, pb_lo=0, pb_hi=pblocks) -> None:
+            """Pixel blocks [pb_lo, pb_hi)'s rows [c0*KHKW, (c0+ncc)*KHKW) of the im2col matrix into pbuf."""
 
-            def pack_block(pb, rows: int) -> None:
+            def pack_block(pb, edge: bool) -> None:
+                rows = p_edge if edge else pr
                 q0 = b.mul(pb, ir.Constant(I64, pr), name="pq0")
                 pan = _Panel(v8, geo, q0, 1, rows if rows < 8 else 0)
                 _pack(v8, geo, pan, vx.gep(pbuf, vx.off((pb, block_floats)), name="pblock"), x_img, c0, ncc, q0,
                       pix_stride)
 
-            lp = Loop(vx, "pack.pb", 0, pfull)
-            pack_block(lp.i, pr)
-            lp.close()
-            if p_edge:
-                pack_block(ir.Constant(I64, pfull), p_edge)
+            block_loop(vx, lo=vx.i64(pb_lo), hi=vx.i64(pb_hi), blocks=pblocks, full=pfull, body=pack_block)
 
         def do_panel(outer, pb_lo, pb_hi) -> None:
             mp = b.urem(outer, ir.Constant(I64, mpanels), name="mp")
@@ -623,8 +671,7 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                         aptr, a_ks = vx.gep(pbuf, vx.off((pb, block_floats)), name="apix"), pix_stride
                     cb = None
                     if chunks > 1:
-                        u = b.add(b.mul(outer, ir.Constant(I64, pblocks)), pb, name="u")
-                        cb = vx.gep(cbuf, vx.off((b.sub(u, lo), pr * nr)), name="cb")
+                        cb = vx.gep(cbuf, vx.off((b.sub(unit_of(outer, pb), lo), pr * nr)), name="cb")
                     flat = choose(vx, first, lambda: [vx.zero] * (rows * nvec),
                                   lambda: [vx.load(vx.gep(cb, r * nr + v * vw), name="part")
                                            for r in range(rows) for v in range(nvec)])
@@ -661,7 +708,30 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
 
             full_or_edge_panel(b, mp, nfull=mpfull, edge=m_edge, nv=nv, vw=vw, run=run)
 
-        panel_walk(vx, lo=lo, hi=hi, mblocks=pblocks, body=do_panel)
+        def walk_by_pixels() -> None:
+            """Per image-group in [lo, hi): pack the pixel blocks of its units once, then run its units channel
+            panel by channel panel, so a panel's weights are read once per image-group."""
+            pi = ir.Constant(I64, per_image)
+            il = Loop(vx, "img", b.udiv(lo, pi), b.add(b.udiv(b.sub(hi, ir.Constant(I64, 1)), pi), ir.Constant(I64, 1)))
+            base = b.mul(il.i, pi, name="img.base")
+            lo_i = b.select(b.icmp_signed("<", lo, base), ir.Constant(I64, 0), b.sub(lo, base), name="lo.img")
+            hi_i = imin(b, b.sub(hi, base), pi, name="hi.img")
+            pack_map(vx.gep(x_p, vx.off((il.i, geo.Cg * geo.HW)), name="x.img"), b.udiv(lo_i, mpn),
+                     vx.off(b.udiv(vx.off(hi_i, -1), mpn), 1))
+            ml = Loop(vx, "mp", 0, mpanels)
+            ceil_from = b.sub(ir.Constant(I64, mpanels - 1), ml.i)  # unit pb * mpanels + mp in [lo_i, hi_i)
+            pb_lo = b.udiv(b.add(lo_i, ceil_from), mpn, name="pb.lo")
+            pb_hi = b.udiv(b.add(hi_i, ceil_from), mpn, name="pb.hi")
+            with b.if_then(b.icmp_signed("<", pb_lo, pb_hi)):
+                do_panel(b.add(b.mul(il.i, mpn), ml.i), pb_lo, pb_hi)
+            ml.close()
+            il.close()
+
+        if by_pixels:
+            with b.if_then(b.icmp_signed("<", lo, hi)):
+                walk_by_pixels()
+        else:
+            panel_walk(vx, lo=lo, hi=hi, mblocks=pblocks, body=do_panel)
 
     chunk_loop(vx, geo.Cg, cc, chunk)
     b.ret_void()
