@@ -36,7 +36,7 @@ import numpy as np
 
 from glowpy.backends.cpu.cache import ObjectCache, atomic_write, source_digest, touch, warn_once
 from glowpy.importer import DeferredModel
-from glowpy.importer.digest import content_digest
+from glowpy.importer.digest import content_digest, file_digest
 from glowpy.ir.graph import Graph, Node, Value
 
 FORMAT = 2
@@ -68,12 +68,14 @@ def model_digest(model: Any, store: ObjectCache) -> str | None:
         if known is not None:
             return None if known == b"-" else known.decode()
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                digest, external = file_digest(f.fileno(), size, b"location")
         except OSError:
             return None
-        digest = "-" if b"location" in data else content_digest(data)  # "-": external data, not cacheable
+        digest = "-" if external else digest  # "-": external data, not cacheable
         now = time.time_ns()
-        if len(data) == st.st_size and now - st.st_mtime_ns > SETTLED_NS:
+        if size == st.st_size and now - st.st_mtime_ns > SETTLED_NS:
             store.put(f"path-{ident}", digest.encode())
         return None if digest == "-" else digest
     if hasattr(model, "SerializeToString") and hasattr(model, "graph"):
