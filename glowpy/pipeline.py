@@ -115,7 +115,7 @@ def _compile_model(held: list[ModelLike | Graph], backend: str | Backend, shapes
         return CompiledModel(graph, executable, be.name, compile_seconds=time.perf_counter() - start, cached=True,
                              imported=ImportSummary(*imported[:3], 0.0))
     bar.stage("import")
-    proto, base_dir = read_model(model)
+    proto, base_dir = read_model(model, lean=True)
     if _specialize.needs_specialization(proto, shapes):
         return _specializing(proto, base_dir, be, shapes, optimize, specializations, options)
     owned = proto is not model

@@ -9,6 +9,24 @@ import os
 CHUNK = 8 << 20
 
 
+def _combine(lengths: list[int], parts: list[bytes]) -> str:
+    outer = hashlib.sha256()
+    for n, part in zip(lengths, parts):
+        outer.update(n.to_bytes(8, "little"))
+        outer.update(part)
+    return outer.hexdigest()
+
+
+def _map(fn, items: list, parallel: bool) -> list:
+    workers = min(len(items), os.cpu_count() or 1)
+    if workers > 1 and parallel:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(fn, items))
+    return [fn(x) for x in items]
+
+
 def content_digest(*buffers: bytes | memoryview) -> str:
     """sha256 over the sha256 of each buffer's 8 MiB chunks, in order: the chunks are hashed on all
     cores (hashlib releases the GIL), so 100 MB of weights hash in a fraction of one sha256's time.
@@ -17,16 +35,22 @@ def content_digest(*buffers: bytes | memoryview) -> str:
     for data in buffers:
         view = memoryview(data).cast("B")
         chunks.extend(view[i:i + CHUNK] for i in range(0, max(len(view), 1), CHUNK))
-    workers = min(len(chunks), os.cpu_count() or 1)
-    if workers > 1 and sum(len(c) for c in chunks) > CHUNK:
-        from concurrent.futures import ThreadPoolExecutor
+    parts = _map(lambda c: hashlib.sha256(c).digest(), chunks, sum(len(c) for c in chunks) > CHUNK)
+    return _combine([len(c) for c in chunks], parts)
 
-        with ThreadPoolExecutor(workers) as pool:
-            parts = list(pool.map(lambda c: hashlib.sha256(c).digest(), chunks))
-    else:
-        parts = [hashlib.sha256(c).digest() for c in chunks]
-    outer = hashlib.sha256()
-    for chunk, part in zip(chunks, parts):
-        outer.update(len(chunk).to_bytes(8, "little"))
-        outer.update(part)
-    return outer.hexdigest()
+
+def file_digest(fd: int, size: int, marker: bytes = b"") -> tuple[str, bool]:
+    """content_digest of the `size` bytes of an open file, read a chunk per worker at a time (never
+    the whole file in memory), and whether `marker` occurs in them."""
+    over = max(len(marker) - 1, 0)
+
+    def chunk(start: int) -> tuple[bytes, bool, int]:
+        data = os.pread(fd, min(CHUNK, size - start) + over, start)
+        n = min(CHUNK, len(data))
+        return hashlib.sha256(memoryview(data)[:n]).digest(), bool(marker) and marker in data, n
+
+    results = _map(chunk, list(range(0, max(size, 1), CHUNK)), size > CHUNK)
+    lengths = [n for _, _, n in results]
+    if sum(lengths) != size:
+        raise OSError(f"read {sum(lengths)} of {size} bytes")
+    return _combine(lengths, [d for d, _, _ in results]), any(found for _, found, _ in results)

@@ -15,6 +15,7 @@ from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto
 
 from glowpy.errors import GlowpyError, InternalError, InvalidModel, InvalidProtobuf, UnsupportedShape
 from glowpy.importer.context import NodeContext, read_tensor
+from glowpy.importer.model_file import NotWireFormat, without_payloads
 from glowpy.importer.table import OnnxOp
 from glowpy.importer.walk import (
     MIN_IR_VERSION,
@@ -46,8 +47,10 @@ ModelLike = bytes | bytearray | memoryview | str | os.PathLike | ModelProto | De
 ShapeMap = Mapping[str, Sequence[int] | int]
 
 
-def read_model(model: ModelLike) -> tuple[ModelProto, str | None]:
-    """Parse bytes, a path or a ModelProto; return the proto and the directory for external data."""
+def read_model(model: ModelLike, *, lean: bool = False) -> tuple[ModelProto, str | None]:
+    """Parse bytes, a path or a ModelProto; return the proto and the directory for external data.
+    `lean`: a file's big initializer payloads stay in the file, as external data the import reads one
+    at a time (model_file.py); only for a proto nobody but the importer sees."""
     if isinstance(model, DeferredModel):
         model = model.load()
     if isinstance(model, ModelProto):
@@ -56,13 +59,21 @@ def read_model(model: ModelLike) -> tuple[ModelProto, str | None]:
         path = Path(model)
         if not path.is_file():
             raise InvalidModel(f"cannot read model file '{path}': no such file")
+        real = path.resolve()  # external data lives beside the file itself, not beside a link to it
+        if lean:
+            try:
+                data = without_payloads(str(real))
+            except (OSError, NotWireFormat):
+                data = None  # the whole read below reports what is wrong
+            if data is not None:
+                return parse_model_bytes(data, origin=str(path)), str(real.parent)
         try:
             data = path.read_bytes()
         except OSError as e:
             raise InvalidModel(f"cannot read model file '{path}': {e.strerror}") from None
         proto = parse_model_bytes(data, origin=str(path))
         del data  # the proto has its own copy; do not hold two during import
-        return proto, str(path.resolve().parent)
+        return proto, str(real.parent)
     if isinstance(model, (bytes, bytearray, memoryview)):
         return parse_model_bytes(bytes(model)), None
     raise InvalidModel(f"cannot load a model from {type(model).__name__}",
@@ -278,7 +289,7 @@ def import_model(model: ModelLike, shapes: ShapeMap | None = None, *, base_dir: 
     """Parse and import `model` (bytes, path or ModelProto). `shapes` binds symbolic input dims:
     by input name (a full shape) or by dim_param symbol (an int). A ModelProto the caller parsed itself
     may say where its external data lives (`base_dir`) and that the import may consume it (`owned`)."""
-    proto, found_dir = read_model(model)
+    proto, found_dir = read_model(model, lean=True)
     host = GraphHost(proto, base_dir or found_dir, owns_proto=owned or proto is not model)
     Walk(proto, host, shapes).run()
     return host.graph

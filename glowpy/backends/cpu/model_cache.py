@@ -27,6 +27,7 @@ import pickle
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -35,7 +36,7 @@ import numpy as np
 
 from glowpy.backends.cpu.cache import ObjectCache, atomic_write, source_digest, touch, warn_once
 from glowpy.importer import DeferredModel
-from glowpy.importer.digest import content_digest
+from glowpy.importer.digest import content_digest, file_digest
 from glowpy.ir.graph import Graph, Node, Value
 
 FORMAT = 2
@@ -67,12 +68,14 @@ def model_digest(model: Any, store: ObjectCache) -> str | None:
         if known is not None:
             return None if known == b"-" else known.decode()
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                digest, external = file_digest(f.fileno(), size, b"location")
         except OSError:
             return None
-        digest = "-" if b"location" in data else content_digest(data)  # "-": external data, not cacheable
+        digest = "-" if external else digest  # "-": external data, not cacheable
         now = time.time_ns()
-        if len(data) == st.st_size and now - st.st_mtime_ns > SETTLED_NS:
+        if size == st.st_size and now - st.st_mtime_ns > SETTLED_NS:
             store.put(f"path-{ident}", digest.encode())
         return None if digest == "-" else digest
     if hasattr(model, "SerializeToString") and hasattr(model, "graph"):
@@ -203,13 +206,14 @@ def _layout(weights: list[np.ndarray]) -> tuple[list[tuple[int, tuple[int, ...],
     return out, offset
 
 
-def _sample_digest(buf: Any, size: int) -> str:
+def _sample_digest(read: Callable[[int, int], bytes], size: int) -> str:
+    """A digest of 64 sampled pages; `read(start, n)` gives n bytes at start."""
     h = hashlib.sha256(str(size).encode())
     if size:
         step = max(PAGE, size // SAMPLES)
         for start in range(0, size, step):
-            h.update(buf[start:start + PAGE])
-        h.update(buf[max(0, size - PAGE):size])
+            h.update(read(start, min(PAGE, size - start)))
+        h.update(read(max(0, size - PAGE), min(PAGE, size)))
     return h.hexdigest()
 
 
@@ -235,11 +239,10 @@ class ModelCache:
                 f.write(np.ascontiguousarray(w).reshape(-1).view(np.uint8).data)
                 at = offset + w.nbytes
             f.flush()
-            if not size:
-                digest = _sample_digest(b"", 0)
-                return
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                digest = _sample_digest(view, size)
+            # Read back with pread, not through a mapping: the kernel maps whole folios around each
+            # sampled page, which put most of the file in this process's RSS on top of the weights.
+            fd = f.fileno()
+            digest = _sample_digest(lambda start, n: os.pread(fd, n, start), size)
 
         try:
             atomic_write(self.directory, f".w{key[:16]}.", self.weights_path(key), write)
@@ -276,7 +279,7 @@ class ModelCache:
         except OSError as e:
             warn_once(self.directory, "read", f"cannot read {path.name} ({e.strerror or e}); compiling without it")
             return None
-        if _sample_digest(buf, size) != meta["weights_digest"]:
+        if _sample_digest(lambda start, n: buf[start:start + n], size) != meta["weights_digest"]:
             warn_once(self.directory, "corrupt", f"ignored {path.name}: damaged (rebuilt)")
             return None
         touch(path)

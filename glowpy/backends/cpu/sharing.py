@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from glowpy.backends.cpu.kernels import conv, linalg
+from glowpy.backends.cpu.kernels import batched, conv, linalg
 from glowpy.backends.cpu.kernels.common import KernelInfo
 from glowpy.errors import InternalError
 
@@ -36,6 +36,7 @@ def _flat_weights(values: dict[str, np.ndarray]) -> np.ndarray:
 # arguments, returns the packed arrays only).
 PACKERS: dict[Callable[..., KernelInfo], Callable[..., list[np.ndarray]]] = {
     conv.emit_conv2d: conv.pack_conv2d,
+    batched.emit_batched_gemm: batched.pack_batched_gemm,
     linalg.generic_conv2d: linalg.pack_generic_conv2d,
     linalg.generic_gemm: linalg.pack_generic_gemm,
 }

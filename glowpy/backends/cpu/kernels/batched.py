@@ -43,6 +43,36 @@ def _batch_offsets(b: ir.IRBuilder, g, batch: tuple[int, ...], strides: list[tup
     return offs
 
 
+def _pack(N: int, K: int, nr: int, b: np.ndarray | None, bias: np.ndarray | None) -> list[np.ndarray]:
+    """The constant B as [N/NR][K][NR] panels (zero-padded columns), then the padded column bias."""
+    nblocks = math.ceil(N / nr)
+    packed: list[np.ndarray] = []
+    if b is not None:
+        bm = np.asarray(b, np.float32)
+        if bm.shape != (K, N):
+            raise MismatchingShape("constant B does not match K x N", expected=(K, N), found=bm.shape)
+        panels = np.zeros((nblocks, K, nr), np.float32)  # filled in place: no padded copy of B
+        nfull = N // nr
+        panels[:nfull] = bm[:, :nfull * nr].reshape(K, nfull, nr).transpose(1, 0, 2)
+        if nfull < nblocks:
+            panels[nfull, :, :N - nfull * nr] = bm[:, nfull * nr:]
+        packed.append(panels.ravel())
+    if bias is not None:
+        bb = np.asarray(bias, np.float32).reshape(-1)
+        if bb.size != N:
+            raise MismatchingShape("column bias must have N values", expected=N, found=bb.size)
+        padded = np.zeros(nblocks * nr, np.float32)
+        padded[:N] = bb
+        packed.append(padded)
+    return packed
+
+
+def pack_batched_gemm(*, M: int, N: int, K: int, b: np.ndarray | None = None, bias: np.ndarray | None = None,
+                      vector_width: int, **_: object) -> list[np.ndarray]:
+    """emit_batched_gemm's packed arrays without generating its code (kernel sharing's packer)."""
+    return _pack(N, K, choose_tile(M, vector_width)[1] * vector_width, b, bias)
+
+
 def emit_batched_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, batch: tuple[int, ...] = (),
                       a_batch_strides: tuple[int, ...] = (), b_batch_strides: tuple[int, ...] = (),
                       b: np.ndarray | None = None, bias: np.ndarray | None = None, activation: str = "none",
@@ -65,24 +95,9 @@ def emit_batched_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, b
     n_edge = N - nfull * nr
     groups = math.prod(batch)
 
-    packed: list[np.ndarray] = []
-    b_const = bias_arg = None
-    if b is not None:
-        bm = np.asarray(b, np.float32)
-        if bm.shape != (K, N):
-            raise MismatchingShape("constant B does not match K x N", expected=(K, N), found=bm.shape)
-        padded = np.zeros((K, nblocks * nr), np.float32)
-        padded[:, :N] = bm
-        b_const = len(packed)
-        packed.append(np.ascontiguousarray(padded.reshape(K, nblocks, nr).transpose(1, 0, 2)).ravel())
-    if bias is not None:
-        bb = np.asarray(bias, np.float32).reshape(-1)
-        if bb.size != N:
-            raise MismatchingShape("column bias must have N values", expected=N, found=bb.size)
-        padded = np.zeros(nblocks * nr, np.float32)
-        padded[:N] = bb
-        bias_arg = len(packed)
-        packed.append(padded)
+    packed = _pack(N, K, nr, b, bias)
+    b_const = 0 if b is not None else None
+    bias_arg = len(packed) - 1 if bias is not None else None
 
     fn = kernel_function(module, name, len(packed))
     out_p, a_p, b_p = fn.args[:3]
