@@ -268,7 +268,7 @@ def fuse_attention(graph: Graph, backend: Backend | None = None) -> bool:
         if sm.op != "Softmax" or sm.inputs[0].dtype != np.float32 or sm.inputs[0].type.rank < 2:
             continue
         x = sm.inputs[0]
-        if sm.attrs["axis"] % x.type.rank != x.type.rank - 1:
+        if sm.attrs["axis"] % x.type.rank != x.type.rank - 1 or sole_user(graph, x) is not sm:
             continue
         p = sm.outputs[0]
         guard = _nan_guard(graph, p)

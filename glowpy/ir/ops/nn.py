@@ -649,7 +649,8 @@ def _attention_infer(attrs: dict, q: TensorType, kt: TensorType, v: TensorType, 
     batch = broadcast_shapes(broadcast_shapes(q.shape[:-2], kt.shape[:-2], op="Attention"), v.shape[:-2],
                              op="Attention")
     scores = (*batch, q.shape[-2], kt.shape[-1])
-    if mask and np.broadcast_shapes(mask[0].shape, scores) != scores:
+    m = mask[0].shape if mask else ()
+    if mask and (len(m) > len(scores) or any(a not in (1, c) for a, c in zip(m[::-1], scores[::-1]))):
         raise MismatchingShape("the mask must broadcast to the scores", op="Attention", expected=scores,
                                found=mask[0].shape)
     return TensorType(q.dtype, (*batch, q.shape[-2], v.shape[-1]))
