@@ -10,6 +10,7 @@ import pytest
 from glowpy.backends.cpu import CpuBackend
 from glowpy.ir import Value
 from glowpy.optimizer import fuse_attention
+
 from .util import G, apply, ops
 
 F32 = np.float32
