@@ -94,9 +94,10 @@ def emit_attention(module: ir.Module, name: str, *, batch: tuple[int, ...], s: i
                     vx.store(val, vx.gep(scratch, vx.off(r * tp, n0, j * vw)), masks[j])
 
         panels(t, "qk.panel", scores)
-        for r in range(rows):
-            prow = vx.gep(scratch, r * tp)
-            softmax_row(vx, prow, prow, t, nan_to_zero)
+        rl = Loop(vx, "sm.row", 0, rows)
+        prow = vx.gep(scratch, vx.off((rl.i, tp)), name="prow")
+        softmax_row(vx, prow, prow, t, nan_to_zero)
+        rl.close()
 
         def times_v(n0, nvec, masks) -> None:
             def part(k0, kcn):
