@@ -125,9 +125,7 @@ def emit_attention(module: ir.Module, name: str, *, batch: tuple[int, ...], s: i
 
     if mfull == mblocks:
         block(mr)
-    elif mfull == 0:
-        block(s)
-    else:
+    else:  # choose_tile gives mr <= s, so full blocks come first and one edge block last
         with b.if_else(b.icmp_signed("<", mb, ir.Constant(I64, mfull), name="mb.isfull")) as (full, edge):
             with full:
                 block(mr)
