@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from glowpy.ir.graph import Graph
 from glowpy.optimizer.attention import (
+    fuse_attention,
     fuse_gelu,
     matmul_nd_add_to_fully_connected,
     sink_reshape_below_activation,
@@ -107,6 +108,7 @@ PIPELINE: tuple[Stage, ...] = (
     # Fewer, fatter nodes: epilogues the backend emits inside the producing loop.
     Stage("fuse", (
         Pass("fuse_gelu", fuse_gelu, uses_backend=True),
+        Pass("fuse_attention", fuse_attention, uses_backend=True),
         Pass("matmul_add_to_fully_connected", matmul_add_to_fully_connected, uses_backend=True),
         Pass("matmul_nd_add_to_fully_connected", matmul_nd_add_to_fully_connected, uses_backend=True),
         Pass("sink_reshape_below_activation", sink_reshape_below_activation),
@@ -188,6 +190,7 @@ __all__ = [
     "fold_constants",
     "fold_qdq_data_movement",
     "fuse_activation",
+    "fuse_attention",
     "fuse_residual_add",
     "gemm_to_fully_connected",
     "inline_known_branches",

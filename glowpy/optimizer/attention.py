@@ -1,6 +1,7 @@
-"""Transformer patterns: GELU written out as erf / tanh arithmetic becomes the Gelu activation, and a
+"""Transformer patterns: GELU written out as erf / tanh arithmetic becomes the Gelu activation, a
 batched MatMul by a constant matrix plus a per-column bias becomes one FullyConnected (between Reshapes),
-so the bias and the activation run in the matrix product's epilogue."""
+so the bias and the activation run in the matrix product's epilogue, and scaled, masked softmax
+attention becomes one Attention op."""
 
 from __future__ import annotations
 
@@ -9,15 +10,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from glowpy.errors import GlowpyError
 from glowpy.ir import activations
 from glowpy.ir.graph import Graph, Node, Value
 from glowpy.ir.ops.nn import FUSED
+from glowpy.ir.ops.registry import get_op
 from glowpy.ir.types import FLOAT_TYPES, TensorType
 from glowpy.optimizer.fold import backend_keeps
 from glowpy.optimizer.rewrite import (
     add_weight,
     channel_vector,
     const_data,
+    is_graph_output,
     replace_node,
     root_name,
     sole_user,
@@ -201,4 +205,103 @@ def sink_reshape_below_activation(graph: Graph, backend: Backend | None = None) 
         replace_node(graph, act, back.outputs, adopt_names=True)
         graph.remove_node(r)
         changed = True
+    return changed
+
+
+def _nan_guard(graph: Graph, p: Value) -> Node | None:
+    """The Where(IsNaN(p), 0, p) that exporters put after a masked softmax, when p has no other user."""
+    if len(p.users) != 2 or is_graph_output(graph, p):
+        return None
+    isnan = next((u for u in p.users if u.op == "IsNaN"), None)
+    where = next((u for u in p.users if u.op == "Where"), None)
+    if isnan is None or where is None or sole_user(graph, isnan.outputs[0]) is not where:
+        return None
+    cond, zero, same = where.inputs
+    if cond is not isnan.outputs[0] or same is not p or not _is(zero, 0.0) or where.outputs[0].type != p.type:
+        return None
+    return where
+
+
+def _scores(graph: Graph, x: Value) -> tuple[Node, float, Value | None, list[Node]] | None:
+    """(MatMul(Q, KT), scale, mask, the nodes between) when the softmax input x is
+    MatMul(Q, KT) [* c or / c] [+ mask], each step the only user of the one before."""
+    between: list[Node] = []
+    mask = None
+    p = x.producer
+    if p is not None and p.op == "Add" and len(p.inputs) == 2:
+        for s_val, m_val in (p.inputs, p.inputs[::-1]):
+            q = s_val.producer
+            if q is not None and q.op in ("MatMul", "Mul", "Div") and sole_user(graph, s_val) is p \
+                    and s_val.shape == x.shape and m_val.dtype == x.dtype:
+                between.append(p)
+                mask, x, p = m_val, s_val, q
+                break
+        else:
+            return None
+    scale = 1.0
+    if p is not None and p.op in ("Mul", "Div") and len(p.inputs) == 2:
+        pairs = [p.inputs] if p.op == "Div" else [p.inputs, p.inputs[::-1]]
+        found = next(((s_val, c) for s_val, c in pairs if _scalar(c) is not None and s_val.producer is not None
+                      and s_val.producer.op == "MatMul" and sole_user(graph, s_val) is p
+                      and s_val.shape == x.shape), None)
+        if found is None:
+            return None
+        c = _scalar(found[1])
+        if c == 0.0:
+            return None
+        scale = 1.0 / c if p.op == "Div" else c
+        between.append(p)
+        x, p = found[0], found[0].producer
+    if p is None or p.op != "MatMul" or p.attrs["activation"] != activations.NONE:
+        return None
+    return p, scale, mask, between
+
+
+def fuse_attention(graph: Graph, backend: Backend | None = None) -> bool:
+    """MatMul(Softmax(MatMul(Q, KT) [* or / scalar] [+ mask], last axis) [-> Where(IsNaN(p), 0, p)], V)
+    -> Attention(Q, KT, V [, mask]), float32, where the backend keeps Attention: the scores and
+    probabilities are not materialized (the exporters' Transpose / Reshape forms of K end in KT, which
+    the fused op reads as it is). A divisor c becomes the scale 1 / c. Every intermediate must have the
+    chain's next node as its only user."""
+    changed = False
+    for sm in list(graph.nodes):
+        if sm.op != "Softmax" or sm.inputs[0].dtype != np.float32 or sm.inputs[0].type.rank < 2:
+            continue
+        x = sm.inputs[0]
+        if sm.attrs["axis"] % x.type.rank != x.type.rank - 1 or sole_user(graph, x) is not sm:
+            continue
+        p = sm.outputs[0]
+        guard = _nan_guard(graph, p)
+        probs = guard.outputs[0] if guard is not None else p
+        pv = sole_user(graph, probs) if guard is not None or len(p.users) == 1 else None
+        if pv is None or pv.op != "MatMul" or pv.inputs[0] is not probs or pv.inputs[1] is probs \
+                or pv.attrs["activation"] != activations.NONE:
+            continue
+        found = _scores(graph, x)
+        if found is None:
+            continue
+        qk, scale, mask, between = found
+        q, kt = qk.inputs
+        v = pv.inputs[1]
+        if min(q.type.rank, kt.type.rank, v.type.rank) < 2 or sole_user(graph, qk.outputs[0]) is None:
+            continue
+        ins = [q, kt, v] + ([mask] if mask is not None else [])
+        attrs = {"scale": scale, "nan_to_zero": int(guard is not None)}
+        try:
+            keeps = backend_keeps(backend, "Attention", ins, attrs)
+        except GlowpyError:  # operands the op does not take (shapes or types)
+            continue
+        if not keeps:
+            continue
+        opdef = get_op("Attention")
+        if opdef.infer_types(opdef.make_attrs(attrs), [t.type for t in ins])[0] != pv.outputs[0].type:
+            continue
+        att = graph.add_node("Attention", ins, attrs, name=root_name(pv.name), before=pv)
+        replace_node(graph, pv, att.outputs, adopt_names=True)
+        guards = [guard, guard.inputs[0].producer] if guard is not None else []
+        for n in [*guards, sm, *between, qk]:
+            graph.remove_node(n)
+        changed = True
+    if changed:
+        graph.remove_unused_constants()
     return changed

@@ -28,6 +28,7 @@ from glowpy.backends.cpu.kernels import (
     resize,
     rnn,
 )
+from glowpy.backends.cpu.kernels.attention import emit_attention
 from glowpy.backends.cpu.kernels.batched import emit_batched_gemm
 from glowpy.backends.cpu.kernels.conv import emit_conv2d
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
@@ -613,6 +614,26 @@ def _lower_SqueezeExcite(low: Lowering, node: Node) -> None:
     _simple(low, node, info.function, args, 2.0 * x.type.size, info.scratch_bytes_per_thread)
 
 
+def _lower_Attention(low: Lowering, node: Node) -> None:
+    q, kt, v, *mask = node.inputs
+    out = node.outputs[0]
+    if out.dtype != np.float32:
+        raise UnsupportedOperator("the attention kernel is float32", op=node.op, node=node.name,
+                                  expected="float32", found=str(out.dtype))
+    (s, d), (t, e), batch = q.shape[-2:], v.shape[-2:], out.shape[:-2]
+    scores = (*batch, s, t)
+    ms = EW.broadcast_strides(mask[0].shape, scores) if mask else None
+    info = low.generate(emit_attention, low.fname([node]), (), batch=batch, s=s, t=t, d=d, e=e,
+                        q_strides=_batch_strides(q.shape[:-2], batch, s * d),
+                        kt_strides=_batch_strides(kt.shape[:-2], batch, d * t),
+                        v_strides=_batch_strides(v.shape[:-2], batch, t * e),
+                        mask_strides=tuple(ms[:-2]) if ms else None, mask_row=ms[-2] if ms else 0,
+                        mask_col=ms[-1] if ms else 0, scale=float(node.attrs["scale"]),
+                        nan_to_zero=bool(node.attrs["nan_to_zero"]), vector_width=low.vector_width)
+    args = [low.val(q), low.val(kt), low.val(v), low.val(mask[0]) if mask else NULL, SCRATCH]
+    _simple(low, node, info.function, args, 2.0 * math.prod(scores) * (d + e), info.scratch_bytes_per_thread)
+
+
 # The op -> kernel emitter table: every op the backend has a kernel for, besides elementwise groups
 # (fusion.py) and aliases (ALIAS_OPS).
 HEAVY = {
@@ -661,6 +682,7 @@ KERNELS: dict[str, Callable[[Lowering, Node], None]] = {
     "Resize": _lower_Resize,
     "Det": _lower_Det,
     "SqueezeExcite": _lower_SqueezeExcite,
+    "Attention": _lower_Attention,
     "Conv": lower_heavy_node,
     "Gemm": lower_heavy_node,
     "FullyConnected": lower_heavy_node,

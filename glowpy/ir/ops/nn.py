@@ -634,3 +634,38 @@ def squeeze_excite(attrs: dict, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w
     s = (accumulator(h) @ accumulator(w2).T + b2).astype(x.dtype)
     s = apply_activation(s, {"activation": attrs["gate"], "activation_params": attrs["gate_params"]})
     return (x * s[:, :, None, None]).astype(x.dtype)
+
+
+# --- Attention (made by optimizer/attention.py, never imported) ----------------------------------
+
+
+def _attention_infer(attrs: dict, q: TensorType, kt: TensorType, v: TensorType, *mask: TensorType) -> TensorType:
+    if min(q.rank, kt.rank, v.rank) < 2 or q.shape[-1] != kt.shape[-2] or kt.shape[-1] != v.shape[-2]:
+        raise MismatchingShape("Attention needs Q (..., S, D), KT (..., D, T), V (..., T, E)", op="Attention",
+                               expected="(..., S, D) (..., D, T) (..., T, E)", found=f"{q.shape} {kt.shape} {v.shape}")
+    if any(t.dtype != q.dtype for t in (kt, v, *mask)):
+        raise MismatchingDatatype("operands differ in element type", op="Attention", expected=str(q.dtype),
+                                  found=[str(t.dtype) for t in (kt, v, *mask)])
+    batch = broadcast_shapes(broadcast_shapes(q.shape[:-2], kt.shape[:-2], op="Attention"), v.shape[:-2],
+                             op="Attention")
+    scores = (*batch, q.shape[-2], kt.shape[-1])
+    m = mask[0].shape if mask else ()
+    if mask and (len(m) > len(scores) or any(a not in (1, c) for a, c in zip(m[::-1], scores[::-1]))):
+        raise MismatchingShape("the mask must broadcast to the scores", op="Attention", expected=scores,
+                               found=mask[0].shape)
+    return TensorType(q.dtype, (*batch, q.shape[-2], v.shape[-1]))
+
+
+@op("Attention", infer=_attention_infer, inputs=(3, 4), dtypes=FLOAT_TYPES, attrs={"scale": 1.0, "nan_to_zero": 0})
+def attention(attrs: dict, q: np.ndarray, kt: np.ndarray, v: np.ndarray, *mask: np.ndarray) -> np.ndarray:
+    """Softmax(Q @ KT * scale + mask) @ V, the softmax along the last axis; with nan_to_zero, NaN
+    probabilities (a row masked to -inf throughout) are 0. Rounded as those ops are, one by one."""
+    s = matmul(FUSED, q, kt)
+    if attrs["scale"] != 1.0:
+        s = (s * np.asarray(attrs["scale"], s.dtype)).astype(s.dtype)
+    if mask:
+        s = (s + mask[0]).astype(s.dtype)
+    p = softmax({"axis": -1}, s)
+    if attrs["nan_to_zero"]:
+        p = np.where(np.isnan(p), np.zeros((), p.dtype), p)
+    return matmul(FUSED, p, v)

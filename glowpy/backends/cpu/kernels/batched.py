@@ -29,7 +29,7 @@ from .gemm import choose_tile, emit_tile, full_or_edge_panel, kernel_function
 KC = 256  # reduction chunk: an output sums ceil(K / KC) chunk sums
 
 
-def _batch_offsets(b: ir.IRBuilder, g, batch: tuple[int, ...], strides: list[tuple[int, ...]]) -> list:
+def batch_offsets(b: ir.IRBuilder, g, batch: tuple[int, ...], strides: list[tuple[int, ...]]) -> list:
     """Element offsets of batch index g (row-major over `batch`) for each operand's batch strides."""
     offs = [ir.Constant(I64, 0) for _ in strides]
     rest = g
@@ -111,7 +111,7 @@ def emit_batched_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, b
     def do_panel(gp, mb_lo, mb_hi) -> None:
         g = bl.udiv(gp, ir.Constant(I64, nblocks), name="g")
         nb = bl.urem(gp, ir.Constant(I64, nblocks), name="nb")
-        a_off, b_off = _batch_offsets(bl, g, batch, [a_batch_strides, b_batch_strides])
+        a_off, b_off = batch_offsets(bl, g, batch, [a_batch_strides, b_batch_strides])
         a_g = vx.gep(a_p, a_off, name="a.g")
         b_g = vx.gep(b_p, b_off, name="b.g")
         out_g = vx.gep(out_p, vx.off((g, M * N)), name="out.g")

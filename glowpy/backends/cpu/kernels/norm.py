@@ -79,8 +79,7 @@ def emit_softmax(module: ir.Module, name: str, dtype: np.dtype, shape: tuple[int
 
 def emit_softmax_rows(module: ir.Module, name: str, rows: int, n: int, vector_width: int) -> ir.Function:
     """void name(out, x, tid, nthreads): float32 softmax along the last axis of a (rows, n) block, in
-    vectors: a NaN-propagating row max, exp(x - max) stored while its sum accumulates, one scale by
-    1 / sum. Lanes past n are masked. A row holding NaN (or only -inf) gives NaN, as exp(x - max) does."""
+    vectors (softmax_row), threads splitting the rows."""
     params = [("out", PTR), ("x", PTR), ("tid", U.I32), ("nthreads", U.I32)]
     fn, b = U.new_function(module, name, params)
     out, x, tid, nt = fn.args
@@ -88,7 +87,20 @@ def emit_softmax_rows(module: ir.Module, name: str, rows: int, n: int, vector_wi
         b.ret_void()
         return fn
     vx = VecIR(module, b, vector_width)
-    vw = vector_width
+    lo, hi = U.thread_range(b, rows, tid, nt, "rows")
+    rl = Loop(vx, "row", lo, hi)
+    base = b.mul(rl.i, U.i64(n), name="row.base")
+    softmax_row(vx, vx.gep(out, base, name="outrow"), vx.gep(x, base, name="xrow"), n)
+    rl.close()
+    b.ret_void()
+    return fn
+
+
+def softmax_row(vx: VecIR, outr, xr, n: int, nan_to_zero: bool = False) -> None:
+    """Emit the float32 softmax of the n floats at xr into outr (may be xr): a NaN-propagating max,
+    exp(x - max) stored while its sum accumulates, one scale by 1 / sum; lanes past n are masked. A row
+    holding NaN (or only -inf) gives NaN, as exp(x - max) does, or 0 with `nan_to_zero`."""
+    b, vw = vx.b, vx.vw
     full, tail = divmod(n, vw)
     tmask = vx.lane_mask(tail) if tail else None
     vmax = vx.intrinsic(f"llvm.maximum.v{vw}f32", vx.vty, [vx.vty, vx.vty])
@@ -111,11 +123,6 @@ def emit_softmax_rows(module: ir.Module, name: str, rows: int, n: int, vector_wi
         vals = lp.close(vals)
         return body(U.i64(full * vw), tmask, vals) if tail else vals
 
-    lo, hi = U.thread_range(b, rows, tid, nt, "rows")
-    rl = Loop(vx, "row", lo, hi)
-    base = b.mul(rl.i, U.i64(n), name="row.base")
-    xr, outr = vx.gep(x, base, name="xrow"), vx.gep(out, base, name="outrow")
-
     def load_x(off, mask, fill):
         v = vx.load(vx.gep(xr, off), mask)
         return v if mask is None else b.select(mask, v, fill)
@@ -137,13 +144,13 @@ def emit_softmax_rows(module: ir.Module, name: str, rows: int, n: int, vector_wi
 
     def scale(off, mask, c):
         p = vx.gep(outr, off)
-        vx.store(vx.fmul(vx.load(p, mask), inv), p, mask)
+        r = vx.fmul(vx.load(p, mask), inv)
+        if nan_to_zero:
+            r = b.select(b.fcmp_unordered("uno", r, r), vx.zero, r)
+        vx.store(r, p, mask)
         return []
 
     vloop("scale", [], scale)
-    rl.close()
-    b.ret_void()
-    return fn
 
 
 def emit_layer_norm(module: ir.Module, name: str, dtype: np.dtype, shape: tuple[int, ...], axis: int, eps: float,
