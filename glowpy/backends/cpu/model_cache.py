@@ -20,10 +20,12 @@ never sees a half-written entry. The write runs on a background thread (write_be
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
 import pickle
+import sys
 import tempfile
 import threading
 import time
@@ -43,6 +45,7 @@ FORMAT = 2
 ALIGN = 64
 PAGE = 4096
 SAMPLES = 64
+WRITER_NICE = 19  # the write runs beside the first inferences: hashing 100s of MB must not take their cores
 SETTLED_NS = 2_000_000_000  # a file modified this recently may change again within its timestamp tick
 
 
@@ -167,6 +170,9 @@ def write_behind(put: Any, *args: Any) -> None:
     daemon: the interpreter waits for it at exit (a process killed meanwhile leaves a temporary file,
     never a half entry: the weights file is moved into place before the entry naming it is written)."""
     def run() -> None:
+        if sys.platform == "linux":  # nice is per thread there (and inherited by the hashing threads)
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICE)
         try:
             put(*args)
         except Exception as e:  # noqa: BLE001  (a cache fault never reaches the caller)

@@ -4,6 +4,8 @@ bit-identical outputs; anything that changes the result changes the key; damaged
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import glowpy
 import glowpy.pipeline as pipeline
-from glowpy.backends.cpu.model_cache import flush, graph_state, restore_graph
+from glowpy.backends.cpu.model_cache import WRITER_NICE, flush, graph_state, restore_graph, write_behind
 
 
 def conv_model(seed: int = 0) -> bytes:
@@ -179,3 +181,13 @@ def test_external_data_models_skip_the_model_cache(fresh_dir: Path, tmp_path: Pa
     flush()
     assert not again.executable.model_cached and not list(fresh_dir.glob("model-*"))
     np.testing.assert_array_equal(again.run(FEED)["y"], want)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread nice is a Linux notion")
+def test_the_background_write_runs_at_the_lowest_priority() -> None:
+    """The write (and its hashing) runs beside the first inferences: it must not take their cores."""
+    seen = []
+    write_behind(lambda: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+    flush()
+    assert seen == [WRITER_NICE]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != WRITER_NICE  # the caller keeps its own
