@@ -107,17 +107,23 @@ def _tensor(sc: _Scanner, start: int, end: int, location: str) -> bytes | None:
     return b"".join(out)
 
 
-def _graph(sc: _Scanner, start: int, end: int, location: str) -> bytes | None:
-    """The graph message with its big payloads made external, or None when it has none."""
-    out, stripped = [], False
+def _rewrite(sc: _Scanner, start: int, end: int, wanted: int, rewrite) -> bytes | None:
+    """The message in [start, end) with each length-delimited field number `wanted` replaced by
+    rewrite(payload start, payload end) where that gives bytes; None when nothing was replaced."""
+    out, changed = [], False
     for number, wire, at, p, stop in sc.fields(start, end):
-        tensor = _tensor(sc, p, stop, location) if number == _GRAPH_INITIALIZER and wire == _LEN else None
-        if tensor is None:
+        new = rewrite(p, stop) if number == wanted and wire == _LEN else None
+        if new is None:
             out.append(sc.read(at, stop - at))
         else:
-            out.append(_len_field(number, tensor))
-            stripped = True
-    return b"".join(out) if stripped else None
+            out.append(_len_field(number, new))
+            changed = True
+    return b"".join(out) if changed else None
+
+
+def _graph(sc: _Scanner, start: int, end: int, location: str) -> bytes | None:
+    """The graph message with its big payloads made external, or None when it has none."""
+    return _rewrite(sc, start, end, _GRAPH_INITIALIZER, lambda p, stop: _tensor(sc, p, stop, location))
 
 
 def without_payloads(path: str) -> bytes | None:
@@ -126,14 +132,6 @@ def without_payloads(path: str) -> bytes | None:
     when the file holds no such payload. Raises NotWireFormat for bytes that do not scan."""
     location = os.path.basename(path)
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
         sc = _Scanner(f)
-        out, stripped = [], False
-        for number, wire, at, p, stop in sc.fields(0, size):
-            graph = _graph(sc, p, stop, location) if number == _MODEL_GRAPH and wire == _LEN else None
-            if graph is None:
-                out.append(sc.read(at, stop - at))
-            else:
-                out.append(_len_field(number, graph))
-                stripped = True
-    return b"".join(out) if stripped else None
+        return _rewrite(sc, 0, os.fstat(f.fileno()).st_size, _MODEL_GRAPH,
+                        lambda p, stop: _graph(sc, p, stop, location))
