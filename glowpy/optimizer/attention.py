@@ -287,14 +287,13 @@ def fuse_attention(graph: Graph, backend: Backend | None = None) -> bool:
             continue
         ins = [q, kt, v] + ([mask] if mask is not None else [])
         attrs = {"scale": scale, "nan_to_zero": int(guard is not None)}
+        opdef = get_op("Attention")
         try:
+            fused = opdef.infer_types(opdef.make_attrs(attrs), [t.type for t in ins])[0]
             keeps = backend_keeps(backend, "Attention", ins, attrs)
         except GlowpyError:  # operands the op does not take (shapes or types)
             continue
-        if not keeps:
-            continue
-        opdef = get_op("Attention")
-        if opdef.infer_types(opdef.make_attrs(attrs), [t.type for t in ins])[0] != pv.outputs[0].type:
+        if not keeps or fused != pv.outputs[0].type:
             continue
         att = graph.add_node("Attention", ins, attrs, name=root_name(pv.name), before=pv)
         replace_node(graph, pv, att.outputs, adopt_names=True)

@@ -25,9 +25,9 @@ default 4G; 0 turns the cap off). When the directory may be over the cap, a proc
 entry evicts the least recently used entries (by modification time; a hit touches the files it reads)
 until the directory holds at most 90% of the cap. Listing the directory costs a stat per entry, so a
 process lists it again only once its own writes since the last listing could cross the cap, or after
-EVICT_EVERY stores (other processes' writes): the cap holds within what processes wrote meanwhile. Another process may be reading an entry that is evicted: a file already open or
-mapped stays readable (POSIX unlink), one not yet opened is a miss, so eviction is safe under
-concurrent processes. `glowpy cache info|clear|path` reports, empties or locates the directory.
+EVICT_EVERY stores (other processes' writes): the cap holds within what processes wrote meanwhile.
+Another process may be reading an entry that is evicted: a file already open or mapped stays readable
+(POSIX unlink), one not yet opened is a miss, so eviction is safe under concurrent processes. `glowpy cache info|clear|path` reports, empties or locates the directory.
 
 Faults never fail a compile: a directory that cannot be written (read-only, full disk, not a directory)
 or an entry that cannot be read or does not check out makes the compile go on without that entry,
