@@ -19,7 +19,8 @@ reads or writes: buffers, scratch) and that no earlier wait covered, so independ
 two expand convs, BERT's Q, K and V projections) follow each other without one, and a late thread's
 chunks are taken by the others instead of waited for; thread 0 ends the run by waiting for the steps
 still pending (`Program.waits`). A thread that fails to start is simply not counted: work is split over
-the threads that did start.
+the threads that did start. A cooperative step's chunks share one scratch block and get the step's
+words in the pool (Arg "sync"), through which they synchronize inside the kernel (threads.py).
 
 Profile builds (profile=True only; otherwise no timing code is emitted): a block of i64 nanosecond
 stamps in the arena (`profile_layout`): the run's begin and end and the started thread count,
@@ -49,12 +50,14 @@ from glowpy.backends.cpu.threads import (
     POOL_KEY,
     SHARED,
     WAIT_SLEEPERS,
+    coop_block,
     counter,
     emit_no_pool,
     emit_pool,
     emit_sync,
     member,
     pool_bytes,
+    pool_type,
 )
 from glowpy.errors import InternalError
 from glowpy.ir.graph import Graph, Value
@@ -243,11 +246,13 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
         if s.scratch and any(a.kind == "scratch" for a in s.args):
             key = ("scratch", k)
             scratch_key[k] = key
-            intervals.append(Interval(key, align_up(s.scratch) * (nthreads if s.parallel else 1), k, k))
+            intervals.append(Interval(key, align_up(s.scratch) * (nthreads if s.scratch_per_thread else 1), k, k))
     if profile:  # the stamps, kept for the whole run
         intervals.append(Interval(PROFILE_KEY, profile_bytes(len(steps), nthreads), 0, max(len(steps) - 1, 0)))
+    # cooperative steps' words in the pool, by step
+    coop = {k: i for i, k in enumerate(k for k, s in enumerate(steps) if s.parallel and s.cooperative)}
     if threaded:  # the thread pool, kept across runs: nothing else is ever placed over it
-        intervals.append(Interval(POOL_KEY, pool_bytes(nthreads, len(steps), target.data_layout), 0,
+        intervals.append(Interval(POOL_KEY, pool_bytes(nthreads, len(steps), len(coop), target.data_layout), 0,
                                   max(len(steps) - 1, 0)))
     plan = plan_arena(intervals)
     for st in binder.of.values():
@@ -273,7 +278,7 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
                 array_offset[a.index] = len(weights)
                 weights.append(low.arrays[a.index])
     size = sum(w.nbytes for w in weights)
-    waits = _emit_entry(module, target, steps, binder, plan, array_offset, scratch_key, nthreads, threaded,
+    waits = _emit_entry(module, target, steps, binder, plan, array_offset, scratch_key, coop, nthreads, threaded,
                         profile)
     return Program(module, steps, weights, size, plan.size, nthreads, threaded, plan, intervals, binder.of,
                    low.used_fast, plan.offsets.get(PROFILE_KEY, -1), waits, low.kernel_defs, low.kernel_decls)
@@ -323,7 +328,7 @@ def step_regions(s: Step, k: int, binder: Binder, plan: Plan, scratch_key: dict[
             writes.append(("output", a.index, 0, 1))
         elif a.kind == "scratch" and k in scratch_key:
             at = plan.offsets[scratch_key[k]]
-            writes.append(("arena", 0, at, at + align_up(s.scratch) * (nthreads if s.parallel else 1)))
+            writes.append(("arena", 0, at, at + align_up(s.scratch) * (nthreads if s.scratch_per_thread else 1)))
     for v, into in [(a.value, writes if a.value in s.writes else reads) for a in s.args if a.kind == "value"] + (
             [(s.guard[0], reads)] if s.guard else []):
         st = binder.storage(v)
@@ -356,9 +361,11 @@ def _guarded(b: ir.IRBuilder, s: Step, k: int, pointer: Callable[[Arg, int, Step
 
 
 def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder: Binder, plan: Plan,
-                array_offset: dict[int, int], scratch_key: dict[int, tuple], nthreads: int, threaded: bool,
-                profile: bool = False) -> dict[int, list[int]]:
-    """Emits the worker and the entry; returns the waits of a threaded program (Program.waits)."""
+                array_offset: dict[int, int], scratch_key: dict[int, tuple], coop: dict[int, int], nthreads: int,
+                threaded: bool, profile: bool = False) -> dict[int, list[int]]:
+    """Emits the worker and the entry; returns the waits of a threaded program (Program.waits). `coop`:
+    the cooperative steps' indices among the pool's blocks of their words."""
+    pool_ty = pool_type(nthreads, len(steps), len(coop), target.data_layout) if threaded else None
     worker = ir.Function(module, ir.FunctionType(U.VOID, [SHARED.as_pointer(), U.I32]), name="glowpy.worker")
     worker.linkage = "internal"
     sh, tid = worker.args
@@ -396,9 +403,13 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
             if k not in scratch_key:  # the kernel asked for no scratch
                 return ir.Constant(U.I8P, None)
             off = b.gep(arena, [U.i64(plan.offsets[scratch_key[k]])], inbounds=True)
-            if step.parallel:
+            if step.scratch_per_thread:
                 off = b.gep(off, [b.mul(b.sext(tid, U.I64), U.i64(align_up(step.scratch)))], inbounds=True)
             return off
+        if a.kind == "sync":
+            if k not in coop:  # unthreaded: the kernel runs as one chunk and never synchronizes
+                return ir.Constant(U.I8P, None)
+            return coop_block(b, sh, pool_ty, nthreads, coop[k])
         st = binder.storage(a.value)
         if st.kind == "input":
             return io_ptr(inputs, st.index, "input")
@@ -443,7 +454,7 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
     nsteps = len(steps)
     waits: dict[int, list[int]] = {}
     if threaded:
-        claim, wait, finish = emit_sync(module, target)
+        claim, wait, finish = emit_sync(module)
         chunk_ends = {True: b.mul(epoch, nt, name="epoch.split"), False: epoch}  # a step's done counter at the end
 
         def wait_for(k: int, on: list[int]) -> None:
@@ -503,7 +514,7 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
 
         run_stamp("begin")
     if threaded:  # the pool (threads.py) holds this run's shared state in the arena
-        pool_run = emit_pool(module, target, worker, nthreads, nsteps, plan.offsets[POOL_KEY])
+        pool_run = emit_pool(module, worker, pool_ty, nthreads, nsteps, plan.offsets[POOL_KEY])
         nt_run = eb.call(pool_run, list(entry.args), name="nthreads")
         shared = eb.bitcast(eb.gep(entry.args[1], [U.i64(plan.offsets[POOL_KEY])], inbounds=True),
                             SHARED.as_pointer(), name="shared")

@@ -122,7 +122,7 @@ class Lowering:
         step.position = max(self._index[id(n)] for n in step.nodes) if step.nodes else len(self.graph.nodes)
         heavy = bool(step.nodes) and step.nodes[0].op in HEAVY_OPS
         least = PARALLEL_MIN_WORK * (FLOPS_PER_ELEMENT if heavy else 1)
-        step.parallel = self.nthreads > 1 and step.work >= least and step.fn is not None
+        step.parallel = self.nthreads > 1 and (step.cooperative or step.work >= least) and step.fn is not None
         self.steps.append(step)
         for n in step.nodes:
             self._claimed.add(id(n))

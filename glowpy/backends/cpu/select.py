@@ -36,7 +36,7 @@ from glowpy.backends.cpu.kernels.quant import KERNELS as QUANT_KERNELS
 from glowpy.backends.cpu.kernels.squeeze_excite import emit_squeeze_excite
 from glowpy.backends.cpu.loops import emit_loop
 from glowpy.backends.cpu.module_text import ident
-from glowpy.backends.cpu.steps import NULL, SCRATCH, Arg, Epilogue, Step
+from glowpy.backends.cpu.steps import NULL, SCRATCH, SYNC, Arg, Epilogue, Step
 from glowpy.errors import GlowpyError, UnsupportedOperator
 from glowpy.ir.graph import Node, Value
 from glowpy.ir.ops import OPS
@@ -726,27 +726,29 @@ def _lower_recurrent(low: Lowering, node: Node) -> None:
     xw = Value(f"{node.outputs[0].name}.xw", TensorType(f32, (steps * batch, dirs * gh)), "node")
     w2 = runtime(w) if not w.is_constant else Value(f"{w.name}.2d", TensorType(f32, (dirs * gh, size)), "constant",
                                                      data=np.asarray(w.data, f32).reshape(dirs * gh, size))
-    # The recurrent kernel is serial: splitting a projection smaller than it (input size < hidden size)
-    # saves less than waking and joining the threads costs (LSTM 64 -> 128: 2 threads 340 us, serial 250 us).
-    work = 2.0 * xw.type.size * size if size >= a["hidden_size"] else 0.0
+    coop = rnn.cooperates(low.nthreads, constant_r=r.is_constant, cell=node.op, hidden=a["hidden_size"], dirs=dirs,
+                          linear_before_reset=a.get("linear_before_reset", 0), vector_width=low.vector_width)
+    # Before a serial recurrence, splitting a projection smaller than it (input size < hidden size) saves
+    # less than waking the threads costs (LSTM 64 -> 128: 2 threads 340 us, serial 250 us).
+    work = 2.0 * xw.type.size * size if coop or size >= a["hidden_size"] else 0.0
     _gemm(low, [node], xw, runtime(x), M=steps * batch, N=dirs * gh, K=size, a_trans=False, b=w2, b_trans=True,
           alpha=1.0, bias=None, bias_kind="none", activation="none", params=(), work=work)
     lstm = node.op == "LSTM"
     outs = [o if o.dtype == f32 else Value(f"{o.name}.f32", TensorType(f32, o.shape), "node") for o in node.outputs]
     args = [low.val(outs[0]), low.val(outs[1]), low.val(outs[2]) if lstm else NULL, low.val(xw),
             NULL if r.is_constant else operand(r), operand(b), low.val(seq), operand(h0),
-            operand(extra[0]) if lstm else NULL, operand(extra[1]) if lstm else NULL, SCRATCH]
+            operand(extra[0]) if lstm else NULL, operand(extra[1]) if lstm else NULL, SCRATCH, SYNC]
     cell = CELLS[node.op]
     info = low.generate(
         rnn.emit_rnn, low.fname([node]), ("r",), cell=node.op, steps=steps, batch=batch, hidden=a["hidden_size"],
         directions=tuple(a["direction"] == "reverse" or d == 1 for d in range(dirs)), layout=a["layout"],
         acts=tuple(tuple(map(tuple, acts)) for acts in activations_of(cell, a)), clip=a["clip"],
         input_forget=a.get("input_forget", 0), linear_before_reset=a.get("linear_before_reset", 0),
-        r=np.asarray(r.data, f32) if r.is_constant else None, vector_width=low.vector_width)
+        r=np.asarray(r.data, f32) if r.is_constant else None, vector_width=low.vector_width,
+        threads=low.nthreads if coop else 1)
     args += [low.array(p) for p in info.packed]
-    # serial: a step is too small to split across threads between barriers
     low.add(Step(info.function.name, info.function, args, outs, [node], work=0.0,
-                 scratch=info.scratch_bytes_per_thread))
+                 scratch=info.scratch_bytes_per_thread, cooperative=coop))
     for tmp, o in zip(outs, node.outputs):
         if tmp is not o:
             cast(tmp, o)

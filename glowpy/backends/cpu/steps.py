@@ -15,13 +15,14 @@ class Arg:
     """One pointer argument of a step: a graph value's buffer, a weights-block array, this thread's
     scratch, null, or graph output `index` (for final copies)."""
 
-    kind: str  # value | array | scratch | null | output
+    kind: str  # value | array | scratch | sync | null | output
     value: Value | None = None
     index: int = -1
 
 
 NULL = Arg("null")
 SCRATCH = Arg("scratch")
+SYNC = Arg("sync")  # a cooperative step's words in the thread pool (threads.coop_block); null unthreaded
 
 
 @dataclass(eq=False)
@@ -38,6 +39,14 @@ class Step:
     position: int = 0
     parallel: bool = False
     guard: tuple[Value, bool] | None = None  # (condition, value): the step runs only then (guards.py)
+    # split into chunks that synchronize among themselves (through its SYNC words): its scratch is one
+    # block the chunks share, not one per thread
+    cooperative: bool = False
+
+    @property
+    def scratch_per_thread(self) -> bool:
+        """Each thread gets its own scratch block (a split step that does not cooperate)."""
+        return self.parallel and not self.cooperative
 
     @property
     def reads(self) -> list[Value]:

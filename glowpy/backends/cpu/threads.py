@@ -4,7 +4,8 @@ The pool lives in a block of the program's arena (`pool_bytes`, planned live for
 buffer ever overlaps it), so each arena (each executable, each bundle model) has its own pool and
 nothing is global:
 
-    { shared, live, pid, stop, sleepers, started, handles[N-1], contexts[N-1], counters[steps][1 + N] }
+    { shared, live, pid, stop, sleepers, started, handles[N-1], contexts[N-1], counters[steps][1 + N]
+      [, pad to 64 bytes, coop[cooperative steps][coop_words(N)]] }
 
 `shared` is what every thread's `glowpy.worker(shared, tid)` reads: the run's weights, arena, inputs
 and outputs, the thread count, the epoch (runs since the pool started), `run` (the wake-up word) and
@@ -25,6 +26,12 @@ the threads parked in a wait.
   one a wait: the others take its chunks; and a thread never waits for one that merely has not arrived.
   Every thread passes every step in order and claims what is left, so when thread 0 has waited for the
   steps still pending at the end, every chunk of the run is done.
+- **cooperative steps** (`Step.cooperative`: the recurrent kernel): a split step whose chunks
+  synchronize among themselves inside the kernel, through a block of words of their own in the pool
+  (`coop_block`: a line of counters, a line per flag; zero at pool start, and zeroed again by the last
+  chunk to leave each run), with the same claim / wait / finish (`emit_sync` under another prefix). Such
+  a kernel never needs a given chunk to be run by another thread (every chunk claims its work), so a
+  late thread costs no deadlock, only its share.
 - **between runs**: a thread spins on `run` for SPIN_BEFORE_PARK pauses, yielding every PAUSES_PER_YIELD
   (back-to-back runs never sleep), then parks in FUTEX_WAIT on it (the `sleepers` count and the kernel's recheck of `run` make a wake-up
   impossible to miss: both sides use sequentially consistent operations).
@@ -44,7 +51,6 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
-from glowpy.backends.cpu.target import HostTarget
 
 RELEASE = "glowpy_release"
 POOL_KEY = ("pool",)
@@ -62,22 +68,44 @@ SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
 SHARED = ir.LiteralStructType([U.I8P.as_pointer(), U.I8P, U.I8P.as_pointer(), U.I8P.as_pointer()] + [U.I32] * 4)
 THREAD_CTX = ir.LiteralStructType([SHARED.as_pointer(), U.I32])
 NTHREADS, EPOCH, RUN, WAIT_SLEEPERS = 4, 5, 6, 7  # SHARED fields
-LIVE, PID, STOP, SLEEPERS, STARTED, HANDLES, CONTEXTS, COUNTERS = 1, 2, 3, 4, 5, 7, 8, 9  # POOL fields
+LIVE, PID, STOP, SLEEPERS, STARTED, HANDLES, CONTEXTS, COUNTERS, COOP = 1, 2, 3, 4, 5, 7, 8, 9, 11  # POOL fields
 
 
-def pool_type(nthreads: int, nsteps: int) -> ir.LiteralStructType:
+# A cooperative step's words (kernels that synchronize their own chunks, e.g. kernels/rnn.py): a cache line
+# of counters, then one line per chunk flag, all zero between runs (the last chunk to leave zeroes them).
+COOP_LINE = 16  # i32 words
+COOP_DONE, COOP_LEFT, COOP_SLEEPERS = 0, 1, 2  # words of the first line; flag f is word COOP_LINE * (1 + f)
+
+
+def coop_words(nthreads: int) -> int:
+    """i32 words of one cooperative step's block: the counters' line and a line per flag (at least 2)."""
+    return COOP_LINE * (1 + max(nthreads, 2))
+
+
+def pool_type(nthreads: int, nsteps: int, ncoop: int = 0, data_layout: str = "") -> ir.LiteralStructType:
+    """The pool block's type; with cooperative steps (ncoop) the data layout places their words."""
     extra = max(nthreads - 1, 1)
-    return ir.LiteralStructType([SHARED] + [U.I32] * 6 + [ir.ArrayType(U.I64, extra), ir.ArrayType(THREAD_CTX, extra),
-                                                         ir.ArrayType(U.I32, (nthreads + 1) * max(nsteps, 1))])
+    fields = [SHARED] + [U.I32] * 6 + [ir.ArrayType(U.I64, extra), ir.ArrayType(THREAD_CTX, extra),
+                                       ir.ArrayType(U.I32, (nthreads + 1) * max(nsteps, 1))]
+    if ncoop:  # padded to a cache line boundary (the pool block itself is 64-byte aligned in the arena)
+        head = ir.LiteralStructType(fields).get_abi_size(llvm.create_target_data(data_layout))
+        fields += [ir.ArrayType(U.I8, -head % 64), ir.ArrayType(U.I32, coop_words(nthreads) * ncoop)]
+    return ir.LiteralStructType(fields)
 
 
-def pool_bytes(nthreads: int, nsteps: int, data_layout: str) -> int:
-    return pool_type(nthreads, nsteps).get_abi_size(llvm.create_target_data(data_layout))
+def pool_bytes(nthreads: int, nsteps: int, ncoop: int, data_layout: str) -> int:
+    return pool_type(nthreads, nsteps, ncoop, data_layout).get_abi_size(llvm.create_target_data(data_layout))
 
 
 def counters_offset(nthreads: int, nsteps: int, data_layout: str) -> int:
     """Byte offset of the step counters (per step, i32: done, then nthreads chunk flags) in the pool block."""
     return pool_type(nthreads, nsteps).get_element_offset(llvm.create_target_data(data_layout), COUNTERS)
+
+
+def coop_block(b: ir.IRBuilder, shared: ir.Value, pool_ty: ir.Type, nthreads: int, index: int) -> ir.Value:
+    """i32* to cooperative step `index`'s words, from the worker's `shared` pointer."""
+    pool = b.bitcast(shared, pool_ty.as_pointer())
+    return member(b, pool, COOP, coop_words(nthreads) * index, name=f"coop{index}")
 
 
 def counter(b: ir.IRBuilder, shared: ir.Value, nthreads: int, nsteps: int, step: int, done: bool) -> ir.Value:
@@ -92,8 +120,8 @@ def member(b: ir.IRBuilder, ptr: ir.Value, *path: int, name: str = "") -> ir.Val
     return b.gep(ptr, [U.i32(0)] + [U.i32(i) for i in path], inbounds=True, name=name)
 
 
-def _pause(b: ir.IRBuilder, target: HostTarget) -> None:
-    if target.triple.startswith(("x86_64", "i686", "i386")):
+def _pause(b: ir.IRBuilder) -> None:
+    if b.module.triple.startswith(("x86_64", "i686", "i386")):
         b.call(U.declare(b.module, "llvm.x86.sse2.pause", U.VOID, []), [])
 
 
@@ -103,13 +131,14 @@ def _internal(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -
     return fn
 
 
-def _futex(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Function]:
-    """(glowpy.park(i32* word, i32 seen): sleep while *word == seen; glowpy.wake(i32* word): wake all)."""
-    if "glowpy.park" in module.globals:
-        return module.globals["glowpy.park"], module.globals["glowpy.wake"]
-    park = _internal(module, "glowpy.park", U.VOID, [U.I32.as_pointer(), U.I32])
-    wake = _internal(module, "glowpy.wake", U.VOID, [U.I32.as_pointer()])
-    number = SYS_FUTEX.get(target.triple.split("-")[0]) if "linux" in target.triple else None
+def _futex(module: ir.Module, prefix: str = "glowpy") -> tuple[ir.Function, ir.Function]:
+    """(PREFIX.park(i32* word, i32 seen): sleep while *word == seen; PREFIX.wake(i32* word): wake all)."""
+    if f"{prefix}.park" in module.globals:
+        return module.globals[f"{prefix}.park"], module.globals[f"{prefix}.wake"]
+    park = _internal(module, f"{prefix}.park", U.VOID, [U.I32.as_pointer(), U.I32])
+    wake = _internal(module, f"{prefix}.wake", U.VOID, [U.I32.as_pointer()])
+    triple = module.triple
+    number = SYS_FUTEX.get(triple.split("-")[0]) if "linux" in triple else None
     pb, wb = ir.IRBuilder(park.append_basic_block("entry")), ir.IRBuilder(wake.append_basic_block("entry"))
     if number is None:
         pb.call(U.declare(module, "sched_yield", U.I32, []), [])
@@ -130,20 +159,24 @@ def _ahead(b: ir.IRBuilder, value: ir.Value, target: ir.Value, name: str) -> ir.
     return b.icmp_signed(">=", b.sub(value, target), U.i32(0), name=name)
 
 
-def emit_sync(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Function, ir.Function]:
-    """(claim, wait, finish):
+def emit_sync(module: ir.Module, prefix: str = "glowpy", flag_stride: int = 1
+              ) -> tuple[ir.Function, ir.Function, ir.Function]:
+    """(claim, wait, finish), named PREFIX.claim and so on (a kernel module that synchronizes its own
+    chunks takes a prefix of its own: its helpers are spliced beside the entry's):
 
     - i32 glowpy.claim(i32* flags, i32 epoch, i32 chunks, i32 first): a chunk c (0 <= c < chunks) no one
-      claimed this epoch, trying first, first + 1, ... (mod chunks), or -1 when all are taken;
+      claimed this epoch, trying first, first + 1, ... (mod chunks), or -1 when all are taken (chunk c's
+      flag is word c * flag_stride);
     - void glowpy.wait(i32* done, i32 target, i32* sleepers): until *done reaches target, spinning with
       `pause`, then `sched_yield`, then parked on the counter (an overloaded host gives the core to the
       thread that is waited for);
     - void glowpy.finish(i32* done, i32* sleepers): count a chunk done, waking parked waiters."""
-    if "glowpy.claim" in module.globals:
-        return module.globals["glowpy.claim"], module.globals["glowpy.wait"], module.globals["glowpy.finish"]
-    park, wake = _futex(module, target)
+    names = [f"{prefix}.{x}" for x in ("claim", "wait", "finish")]
+    if names[0] in module.globals:
+        return tuple(module.globals[n] for n in names)
+    park, wake = _futex(module, prefix)
 
-    claim = _internal(module, "glowpy.claim", U.I32, [U.I32.as_pointer(), U.I32, U.I32, U.I32])
+    claim = _internal(module, names[0], U.I32, [U.I32.as_pointer(), U.I32, U.I32, U.I32])
     flags, epoch, chunks, first = claim.args
     flags.name, epoch.name, chunks.name, first.name = "flags", "epoch", "chunks", "first"
     entry, loop, look, swap, got, nxt, none = (
@@ -156,7 +189,8 @@ def emit_sync(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Fu
     b.cbranch(b.icmp_signed("<", i, chunks), look, none)
     b.position_at_end(look)
     c = b.urem(b.add(first, i), chunks, name="c")
-    flag = b.gep(flags, [b.zext(c, U.I64)], inbounds=True, name="flag")
+    word = b.zext(c, U.I64)
+    flag = b.gep(flags, [word if flag_stride == 1 else b.mul(word, U.i64(flag_stride))], inbounds=True, name="flag")
     f = b.load_atomic(flag, "monotonic", 4, name="f")
     b.cbranch(_ahead(b, f, epoch, "taken"), nxt, swap)  # a flag at or past this epoch: taken
     b.position_at_end(swap)
@@ -170,7 +204,7 @@ def emit_sync(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Fu
     b.position_at_end(none)
     b.ret(U.i32(-1))
 
-    wait = _internal(module, "glowpy.wait", U.VOID, [U.I32.as_pointer(), U.I32, U.I32.as_pointer()])
+    wait = _internal(module, names[1], U.VOID, [U.I32.as_pointer(), U.I32, U.I32.as_pointer()])
     done, goal, sleepers = wait.args
     done.name, goal.name, sleepers.name = "done", "target", "sleepers"
     blocks = ("entry", "check", "relax", "pause", "backoff", "yield", "park", "out")
@@ -187,7 +221,7 @@ def emit_sync(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Fu
     b.position_at_end(relax)
     b.cbranch(b.icmp_unsigned("<", spins, U.i32(PAUSES_PER_YIELD)), pause_bb, backoff)
     b.position_at_end(pause_bb)
-    _pause(b, target)
+    _pause(b)
     spins.add_incoming(b.add(spins, U.i32(1), name="spins.next"), pause_bb)
     yields.add_incoming(yields, pause_bb)
     b.branch(check)
@@ -208,7 +242,7 @@ def emit_sync(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Fu
     b.position_at_end(out)
     b.ret_void()
 
-    finish = _internal(module, "glowpy.finish", U.VOID, [U.I32.as_pointer(), U.I32.as_pointer()])
+    finish = _internal(module, names[2], U.VOID, [U.I32.as_pointer(), U.I32.as_pointer()])
     done, sleepers = finish.args
     done.name, sleepers.name = "done", "sleepers"
     entry, wake_bb, out = (finish.append_basic_block(x) for x in ("entry", "wake", "out"))
@@ -224,8 +258,7 @@ def emit_sync(module: ir.Module, target: HostTarget) -> tuple[ir.Function, ir.Fu
     return claim, wait, finish
 
 
-def _emit_thread(module: ir.Module, target: HostTarget, worker: ir.Function, park: ir.Function,
-                 pool_ty: ir.Type) -> ir.Function:
+def _emit_thread(module: ir.Module, worker: ir.Function, park: ir.Function, pool_ty: ir.Type) -> ir.Function:
     """i8* glowpy.thread(ctx): wait for the next run (spin, then park), run the worker; exit on stop."""
     fn = _internal(module, "glowpy.thread", U.I8P, [U.I8P])
     entry, loop, wait, relax, pause_bb, yield_bb, park_bb, got, work, leave = (
@@ -251,7 +284,7 @@ def _emit_thread(module: ir.Module, target: HostTarget, worker: ir.Function, par
     b.position_at_end(relax)
     b.cbranch(b.icmp_unsigned("<", spins, U.i32(SPIN_BEFORE_PARK)), pause_bb, park_bb)
     b.position_at_end(pause_bb)  # a yield every PAUSES_PER_YIELD pauses: thread 0 may need this core
-    _pause(b, target)
+    _pause(b)
     spun = b.add(spins, U.i32(1), name="spins.next")
     spins.add_incoming(spun, pause_bb)
     b.cbranch(b.icmp_unsigned("==", b.urem(spun, U.i32(PAUSES_PER_YIELD)), U.i32(0)), yield_bb, wait)
@@ -277,16 +310,15 @@ def _emit_thread(module: ir.Module, target: HostTarget, worker: ir.Function, par
     return fn
 
 
-def emit_pool(module: ir.Module, target: HostTarget, worker: ir.Function, nthreads: int, nsteps: int,
+def emit_pool(module: ir.Module, worker: ir.Function, pool_ty: ir.LiteralStructType, nthreads: int, nsteps: int,
               offset: int) -> ir.Function:
     """The pool's functions; returns i32 glowpy.pool.run(i8** weights, i8* arena, i8** inputs,
     i8** outputs): starts the pool if needed, publishes the run and wakes the threads; returns the
     thread count (the caller then runs the worker as thread 0). Also defines the exported
-    `glowpy_release(i8* arena)`."""
-    pool_ty = pool_type(nthreads, nsteps)
+    `glowpy_release(i8* arena)`. `pool_ty` is pool_type(nthreads, nsteps, ...)."""
     extra = nthreads - 1
-    park, wake = _futex(module, target)
-    thread = _emit_thread(module, target, worker, park, pool_ty)
+    park, wake = _futex(module)
+    thread = _emit_thread(module, worker, park, pool_ty)
     getpid = U.declare(module, "getpid", U.I32, [])
     i8pp = U.I8P.as_pointer()
 
@@ -318,6 +350,11 @@ def emit_pool(module: ir.Module, target: HostTarget, worker: ir.Function, nthrea
     for i in (STOP, SLEEPERS, STARTED):
         b.store(U.i32(0), member(b, pool, i))
     pcreate = U.declare(module, "pthread_create", U.I32, [U.I64.as_pointer(), U.I8P, U.I8P, U.I8P])
+    if len(pool_ty.elements) > COOP:  # the cooperative steps' words
+        words = pool_ty.elements[COOP].count
+        memset = U.declare(module, "llvm.memset.p0.i64", U.VOID, [U.I8P, U.I8, U.I64, U.I1])
+        b.call(memset, [b.bitcast(member(b, pool, COOP, 0), U.I8P), ir.Constant(U.I8, 0), U.i64(4 * words),
+                        ir.Constant(U.I1, 0)])
     b.branch(zero)
     b.position_at_end(zero)  # the step counters (a bundle's arena is not zeroed)
     z = b.phi(U.I32, name="z")

@@ -163,12 +163,143 @@ def test_long_sequence_matches() -> None:
 
 
 def test_two_threads() -> None:
-    """An input wider than the hidden size: the projection GEMM runs on both threads, then the serial
-    recurrent step."""
+    """An input wider than the hidden size: the projection GEMM and the cooperative recurrent step both
+    run on both threads."""
     g, feeds = recurrent_graph("GRU", steps=6, batch=3, size=96, hidden=40, direction="bidirectional", seed=8)
     program = CpuBackend().build(g, threads=2)
-    assert [s.parallel for s in program.steps] == [True, False]
+    assert [(s.parallel, s.cooperative) for s in program.steps] == [(True, False), (True, True)]
     check(g, feeds, "host", threads=2)
+
+
+def run_threads(g: Graph, feeds: list[np.ndarray], threads: int, isa: str = "host") -> list[np.ndarray]:
+    return CpuBackend().compile(g, threads=threads, isa=isa, cache=False).run(feeds)
+
+
+COOPERATIVE = [  # (op, kw): one direction (shares of hidden groups per sub-step) and two (whole directions)
+    ("LSTM", {"steps": 9, "batch": 3, "size": 5, "hidden": 40}),
+    ("LSTM", {"steps": 7, "batch": 1, "size": 64, "hidden": 128, "direction": "reverse"}),
+    ("GRU", {"steps": 8, "batch": 5, "size": 6, "hidden": 56, "linear_before_reset": 0}),  # two passes a step
+    ("GRU", {"steps": 6, "batch": 2, "size": 4, "hidden": 21, "linear_before_reset": 1, "layout": 1}),
+    ("RNN", {"steps": 5, "batch": 2, "size": 3, "hidden": 72}),
+    ("RNN", {"steps": 5, "batch": 4, "size": 3, "hidden": 8}),  # one group: not cooperative
+    ("LSTM", {"steps": 6, "batch": 3, "size": 7, "hidden": 33, "direction": "bidirectional"}),
+    ("GRU", {"steps": 6, "batch": 2, "size": 7, "hidden": 19, "direction": "bidirectional", "layout": 1}),
+]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("threads", [2, 3])
+def test_cooperative_chunks_match_one_thread_bit_for_bit(isa: str, threads: int) -> None:
+    """The chunks of a cooperative recurrent step split each sub-step's hidden groups (one direction) or
+    take whole directions (two); every unit is computed by the same code whichever thread runs it, so
+    the outputs equal one thread's bit for bit, over ragged lengths (zeros past each length), every
+    cell, two-pass GRU, both layouts, more threads than groups; and again on later runs (the sync words
+    are back to zero after each run)."""
+    g, feeds = build(COOPERATIVE)
+    program = CpuBackend().build(g, threads=threads, isa=isa)
+    coop = [s.cooperative for s in program.steps if any(a.kind == "sync" for a in s.args)]
+    assert len(coop) == len(COOPERATIVE) and sum(coop) >= len(COOPERATIVE) - 2  # RNN: one group of 72 on 16 lanes
+    one = run_threads(g, feeds, 1, isa)
+    model = CpuBackend().compile(g, threads=threads, isa=isa, cache=False)
+    for _ in range(20):
+        for a, b in zip(model.run(feeds), one):
+            np.testing.assert_array_equal(a, b)
+    assert_close(one, InterpreterBackend().compile(g).run(feeds), "one thread vs the interpreter")
+
+
+class DirectKernel:
+    """emit_rnn's kernel on its own, MCJIT-compiled, called through ctypes on arrays we hold, so a test
+    can run its chunks in any order and read its sync words."""
+
+    def __init__(self, op: str, threads: int, *, steps: int, batch: int, hidden: int, dirs: int, seed: int = 0,
+                 isa: str = "host", lbr: int = 0) -> None:
+        import ctypes
+
+        import llvmlite.binding as llvm
+        from llvmlite import ir
+
+        from glowpy.backends.cpu.kernels.rnn import ARG_NAMES, emit_rnn
+        from glowpy.backends.cpu.target import compile_object, host_target, new_machine
+        from glowpy.ir.ops.rnn import CELLS, activations_of
+
+        target = host_target(isa)
+        module = ir.Module("rnn")
+        module.triple, module.data_layout = target.triple, target.data_layout
+        r = np.random.default_rng(seed)
+        gh = GATES[op] * hidden
+        rw = (0.5 * r.standard_normal((dirs, gh, hidden))).astype(F32)
+        acts = activations_of(CELLS[op], {"activations": (), "direction": "bidirectional" if dirs == 2 else "forward"})
+        self.info = emit_rnn(module, "rnn", cell=op, steps=steps, batch=batch, hidden=hidden,
+                             directions=tuple(d == 1 for d in range(dirs)), layout=0, acts=tuple(acts), clip=None,
+                             input_forget=0, linear_before_reset=lbr, r=rw, vector_width=target.vector_width,
+                             threads=threads)
+        self.info.function.linkage = "external"  # kernels are internal until the program's compile exports them
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_machine(target))
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(compile_object(str(module), target)))
+        self.engine.finalize_object()
+        nptr = len(ARG_NAMES) + len(self.info.packed)
+        self.fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * nptr, ctypes.c_int32, ctypes.c_int32)(
+            self.engine.get_function_address("rnn"))
+        lens = r.integers(0, steps + 1, batch).astype(np.int32)
+        lens[0] = steps
+        self.arrays = {
+            "y": np.zeros((steps, dirs, batch, hidden), F32), "y_h": np.zeros((dirs, batch, hidden), F32),
+            "y_c": np.zeros((dirs, batch, hidden), F32), "xw": r.standard_normal((steps * batch, dirs * gh)).astype(F32),
+            "b": (0.5 * r.standard_normal((dirs, 2 * gh))).astype(F32), "seq": lens,
+            "h0": r.standard_normal((dirs, batch, hidden)).astype(F32), "c0": r.standard_normal((dirs, batch, hidden)).astype(F32),
+            "p": (0.5 * r.standard_normal((dirs, 3 * hidden))).astype(F32),
+            "scratch": np.zeros(self.info.scratch_bytes_per_thread // 4 + 16, F32),
+            "sync": np.zeros(4096, np.int32)}
+        self.packed = [np.ascontiguousarray(a) for a in self.info.packed]
+
+    def call(self, chunk: int, chunks: int, sync: bool = True) -> None:
+        from glowpy.backends.cpu.kernels.rnn import ARG_NAMES
+
+        ptrs = [None if n == "r" or (n == "sync" and not sync) else self.arrays[n].ctypes.data for n in ARG_NAMES]
+        self.fn(*ptrs, *[a.ctypes.data for a in self.packed], chunk, chunks)
+
+    def outputs(self) -> list[np.ndarray]:
+        return [self.arrays[n].copy() for n in ("y", "y_h", "y_c")]
+
+
+DIRECT = [("LSTM", {"steps": 7, "batch": 3, "hidden": 40, "dirs": 1}),
+          ("GRU", {"steps": 5, "batch": 2, "hidden": 24, "dirs": 1}),  # two passes a step
+          ("LSTM", {"steps": 6, "batch": 2, "hidden": 19, "dirs": 2})]
+
+
+@pytest.mark.parametrize("op, kw", DIRECT)
+def test_cooperative_kernel_chunks_in_any_order(op: str, kw: dict) -> None:
+    """Chunks run one after the other (a thread so late that the other did all the work): the first
+    claims every share (or direction), the second finds nothing left, and as the last to leave zeroes
+    the sync words; the outputs equal the serial kernel's bit for bit, in either order, every run."""
+    want = DirectKernel(op, 1, **kw)
+    want.call(0, 1)
+    coop = DirectKernel(op, 2, **kw)
+    for order in ((0, 1), (1, 0), (0, 1)):
+        for a in ("y", "y_h", "y_c") if op == "LSTM" else ("y", "y_h"):
+            coop.arrays[a][...] = 7.0  # every element must be written
+        for chunk in order:
+            coop.call(chunk, 2)
+        for got, exp in zip(coop.outputs(), want.outputs()):
+            np.testing.assert_array_equal(got, exp)
+        assert not coop.arrays["sync"].any(), "sync words left non-zero after the run"
+
+
+def test_cooperative_kernel_alone_leaves_sync_words() -> None:
+    """Called as the only chunk (the pool's other thread never started), the kernel runs everything and
+    never touches its sync words; with no sync words (an unthreaded program) likewise."""
+    want = DirectKernel("LSTM", 1, steps=5, batch=2, hidden=40, dirs=1)
+    want.call(0, 1)
+    coop = DirectKernel("LSTM", 2, steps=5, batch=2, hidden=40, dirs=1)
+    coop.arrays["sync"][...] = -1
+    coop.call(0, 1)
+    assert (coop.arrays["sync"] == -1).all()
+    for got, exp in zip(coop.outputs(), want.outputs()):
+        np.testing.assert_array_equal(got, exp)
+    coop.arrays["y"][...] = 0
+    coop.call(0, 2, sync=False)
+    for got, exp in zip(coop.outputs(), want.outputs()):
+        np.testing.assert_array_equal(got, exp)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
