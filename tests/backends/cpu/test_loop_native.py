@@ -321,3 +321,25 @@ def test_a_carried_value_that_changes_shape_is_refused():
     with pytest.raises(UnsupportedShape, match=r"node 'grow' \(Loop.*a loop-carried value changes type or shape"):
         glowpy.compile(m, backend="cpu")
     assert glowpy.check(m, "cpu").nodes[0].status.name == "UNSUPPORTED_SHAPE"
+
+
+@pytest.mark.parametrize(("backend", "options"), ENGINES, ids=IDS)
+def test_lstm_inside_a_run_time_loop(backend, options):
+    """A recurrent op in a native loop's body: the body runs on one thread, so its recurrent step is the
+    serial kernel, with no words in the thread pool, even when the model is compiled for 2 threads."""
+    rng = np.random.default_rng(3)
+    hidden = 32
+    w = numpy_helper.from_array((0.3 * rng.standard_normal((1, 4 * hidden, hidden))).astype(np.float32), "w")
+    r = numpy_helper.from_array((0.3 * rng.standard_normal((1, 4 * hidden, hidden))).astype(np.float32), "r")
+    body = h.make_graph([
+        h.make_node("LSTM", ["x_in", "w", "r"], ["y"], hidden_size=hidden),
+        const("axis", np.array([1], np.int64)),
+        h.make_node("Squeeze", ["y", "axis"], ["x_out"]),
+        h.make_node("Identity", ["cond_in"], ["cond_out"]),
+    ], "body", [vi("i", T.INT64, []), vi("cond_in", T.BOOL, []), vi("x_in", F, [1, 1, hidden])],
+        [vi("cond_out", T.BOOL, []), vi("x_out", F, [1, 1, hidden])])
+    loop = h.make_node("Loop", ["M", "", "x0"], ["x"], body=body, name="loop")
+    m = model([loop], [vi("x0", F, [1, 1, hidden]), vi("M", T.INT64, [])], [vi("x", F, [1, 1, hidden])], [w, r])
+    feeds = [{"x0": rng.standard_normal((1, 1, hidden)).astype(np.float32), "M": np.array(n, np.int64)}
+             for n in (0, 1, 5)]
+    agree(m, feeds, backend, options, oracle=onnxruntime_outputs)  # onnx.reference skips this loop's body
