@@ -726,8 +726,9 @@ def _lower_recurrent(low: Lowering, node: Node) -> None:
     xw = Value(f"{node.outputs[0].name}.xw", TensorType(f32, (steps * batch, dirs * gh)), "node")
     w2 = runtime(w) if not w.is_constant else Value(f"{w.name}.2d", TensorType(f32, (dirs * gh, size)), "constant",
                                                      data=np.asarray(w.data, f32).reshape(dirs * gh, size))
-    coop = rnn.cooperates(low.nthreads, constant_r=r.is_constant, cell=node.op, hidden=a["hidden_size"], dirs=dirs,
-                          linear_before_reset=a.get("linear_before_reset", 0), vector_width=low.vector_width)
+    coop = rnn.cooperates(low.nthreads, constant_r=r.is_constant, cell=node.op, steps=steps, batch=batch,
+                          hidden=a["hidden_size"], dirs=dirs, linear_before_reset=a.get("linear_before_reset", 0),
+                          vector_width=low.vector_width)
     # Before a serial recurrence, splitting a projection smaller than it (input size < hidden size) saves
     # less than waking the threads costs (LSTM 64 -> 128: 2 threads 340 us, serial 250 us).
     work = 2.0 * xw.type.size * size if coop or size >= a["hidden_size"] else 0.0

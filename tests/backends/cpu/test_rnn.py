@@ -162,7 +162,29 @@ def test_long_sequence_matches() -> None:
     check(g, feeds, "avx2")
 
 
-def test_two_threads() -> None:
+@pytest.fixture
+def cooperate_always(monkeypatch):
+    """Small test shapes cooperate too (the work thresholds are for speed, not for correctness)."""
+    from glowpy.backends.cpu.kernels import rnn
+
+    monkeypatch.setattr(rnn, "COOP_MIN_STEP_FLOPS", 0)
+    monkeypatch.setattr(rnn, "COOP_MIN_FLOPS", 0)
+
+
+def test_cooperation_needs_work_and_groups() -> None:
+    """The zoo's LSTM (hidden 128, batch 1, 100 steps) cooperates at 2 threads, one direction or two; a
+    small one, a runtime R or one thread does not."""
+    from glowpy.backends.cpu.kernels.rnn import cooperates
+
+    lstm = {"constant_r": True, "cell": "LSTM", "steps": 100, "batch": 1, "hidden": 128, "dirs": 1,
+            "linear_before_reset": 0, "vector_width": 16}
+    assert cooperates(2, **lstm) and cooperates(2, **{**lstm, "dirs": 2}) and cooperates(2, **{**lstm, "vector_width": 8})
+    assert not cooperates(1, **lstm) and not cooperates(2, **{**lstm, "constant_r": False})
+    assert not cooperates(2, **{**lstm, "hidden": 32}) and not cooperates(2, **{**lstm, "hidden": 16, "dirs": 2})
+    assert not cooperates(2, **{**lstm, "cell": "RNN", "batch": 8})  # 128 units: one group of 8 x 16 lanes
+
+
+def test_two_threads(cooperate_always) -> None:
     """An input wider than the hidden size: the projection GEMM and the cooperative recurrent step both
     run on both threads."""
     g, feeds = recurrent_graph("GRU", steps=6, batch=3, size=96, hidden=40, direction="bidirectional", seed=8)
@@ -189,7 +211,7 @@ COOPERATIVE = [  # (op, kw): one direction (shares of hidden groups per sub-step
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("threads", [2, 3])
-def test_cooperative_chunks_match_one_thread_bit_for_bit(isa: str, threads: int) -> None:
+def test_cooperative_chunks_match_one_thread_bit_for_bit(isa: str, threads: int, cooperate_always) -> None:
     """The chunks of a cooperative recurrent step split each sub-step's hidden groups (one direction) or
     take whole directions (two); every unit is computed by the same code whichever thread runs it, so
     the outputs equal one thread's bit for bit, over ragged lengths (zeros past each length), every
@@ -268,7 +290,7 @@ DIRECT = [("LSTM", {"steps": 7, "batch": 3, "hidden": 40, "dirs": 1}),
 
 
 @pytest.mark.parametrize("op, kw", DIRECT)
-def test_cooperative_kernel_chunks_in_any_order(op: str, kw: dict) -> None:
+def test_cooperative_kernel_chunks_in_any_order(op: str, kw: dict, cooperate_always) -> None:
     """Chunks run one after the other (a thread so late that the other did all the work): the first
     claims every share (or direction), the second finds nothing left, and as the last to leave zeroes
     the sync words; the outputs equal the serial kernel's bit for bit, in either order, every run."""
@@ -285,7 +307,7 @@ def test_cooperative_kernel_chunks_in_any_order(op: str, kw: dict) -> None:
         assert not coop.arrays["sync"].any(), "sync words left non-zero after the run"
 
 
-def test_cooperative_kernel_alone_leaves_sync_words() -> None:
+def test_cooperative_kernel_alone_leaves_sync_words(cooperate_always) -> None:
     """Called as the only chunk (the pool's other thread never started), the kernel runs everything and
     never touches its sync words; with no sync words (an unthreaded program) likewise."""
     want = DirectKernel("LSTM", 1, steps=5, batch=2, hidden=40, dirs=1)

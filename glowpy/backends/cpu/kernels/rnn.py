@@ -139,8 +139,8 @@ def emit_rnn(module: ir.Module, name: str, *, cell: str, steps: int, batch: int,
     and packed into scratch once per run). `threads` > 1 (with a constant R) builds a cooperative kernel
     (cooperates(...)): its chunks share the work through the step's `sync` words; otherwise chunk 0 runs
     everything."""
-    coop = cooperates(threads, constant_r=r is not None, cell=cell, hidden=hidden, dirs=len(directions),
-                      linear_before_reset=linear_before_reset, vector_width=vector_width)
+    coop = cooperates(threads, constant_r=r is not None, cell=cell, steps=steps, batch=batch, hidden=hidden,
+                      dirs=len(directions), linear_before_reset=linear_before_reset, vector_width=vector_width)
     k = _Kernel(cell=cell, steps=steps, batch=batch, hidden=hidden, dirs=len(directions), layout=layout,
                 clip=clip, input_forget=input_forget, lbr=linear_before_reset, vw=vector_width)
     if r is None and k.D * k.GH * k.H >= 1 << 31:
@@ -160,17 +160,27 @@ def emit_rnn(module: ir.Module, name: str, *, cell: str, steps: int, batch: int,
     return KernelInfo(function=fn, packed=packed, scratch_bytes_per_thread=scratch_floats * 4 + 64)
 
 
-def cooperates(threads: int, *, constant_r: bool, cell: str, hidden: int, dirs: int, linear_before_reset: int,
-               vector_width: int) -> bool:
+# Cooperation pays where a step's recurrent product is this many flops or more: one direction's threads
+# meet after every pass (LSTM hidden 128, batch 1 is 2^17: 2 threads 783 -> 546 us for T = 100 on an Intel
+# Xeon; smaller products were not measured on a quiet host); two directions split whole, so only the
+# ordinary threshold of a split step applies there.
+COOP_MIN_STEP_FLOPS = 1 << 17
+COOP_MIN_FLOPS = 1 << 19
+
+
+def cooperates(threads: int, *, constant_r: bool, cell: str, steps: int, batch: int, hidden: int, dirs: int,
+               linear_before_reset: int, vector_width: int) -> bool:
     """Whether the kernel's chunks share its work: several threads, R packed at compile time (a runtime
     R is packed into scratch by one thread before any step), and either several directions or, for
-    one, at least two groups of hidden units in every pass."""
+    one, at least two groups of hidden units in every pass; and enough work (COOP_MIN_*)."""
     if threads < 2 or not constant_r:
         return False
+    step_flops = 2 * batch * GATES[cell] * hidden * hidden
     if dirs > 1:
-        return True
-    return all(len(_static_groups(hidden, vector_width, _blocking(len(g), hidden, 1, vector_width)[0])) >= 2
-               for g in _passes(cell, linear_before_reset))
+        return steps * dirs * step_flops >= COOP_MIN_FLOPS
+    return step_flops >= COOP_MIN_STEP_FLOPS and all(
+        len(_static_groups(hidden, vector_width, _blocking(len(g), hidden, 1, vector_width)[0])) >= 2
+        for g in _passes(cell, linear_before_reset))
 
 
 def _word(b: ir.IRBuilder, sync, index, name: str = ""):
