@@ -172,14 +172,15 @@ def cooperate_always(monkeypatch):
 
 
 def test_cooperation_needs_work_and_groups() -> None:
-    """The zoo's LSTM (hidden 128, batch 1, 100 steps) cooperates at 2 threads, one direction or two; a
-    small one, a runtime R or one thread does not."""
+    """The zoo's LSTM and GRU (hidden 128, batch 1, 100 steps) cooperate at 2 threads, one direction or
+    two; a small one, a runtime R or one thread does not."""
     from glowpy.backends.cpu.kernels.rnn import cooperates
 
     lstm = {"constant_r": True, "cell": "LSTM", "steps": 100, "batch": 1, "hidden": 128, "dirs": 1,
             "linear_before_reset": 0, "vector_width": 16}
     assert cooperates(2, **lstm) and cooperates(2, **{**lstm, "dirs": 2}) and cooperates(2, **{**lstm, "vector_width": 8})
     assert not cooperates(1, **lstm) and not cooperates(2, **{**lstm, "constant_r": False})
+    assert cooperates(2, **{**lstm, "cell": "GRU", "linear_before_reset": 1})  # the zoo's GRU
     assert not cooperates(2, **{**lstm, "hidden": 32}) and not cooperates(2, **{**lstm, "hidden": 16, "dirs": 2})
     assert not cooperates(2, **{**lstm, "cell": "RNN", "batch": 8})  # 128 units: one group of 8 x 16 lanes
 
