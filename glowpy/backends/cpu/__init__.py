@@ -552,6 +552,7 @@ class CpuBackend(Backend):
         _return_free_heap()  # LLVM's transient peak then starts from what is live, not from freed import buffers
         obj = parallel.compile_program(str(program.module), program.kernel_defs, program.kernel_decls, target,
                                        store, bar.kernels)
+        _return_free_heap()  # what LLVM freed, mostly in its threads' malloc arenas, before the arena and the run
         bar.stage("link")
         return obj
 
