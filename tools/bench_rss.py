@@ -1,7 +1,9 @@
 """Peak RSS of loading, compiling and running a model once: glowpy cold, glowpy cached, onnxruntime.
 
-    python -m tools.bench_rss --models /tmp/zoo/resnet50.torchscript.*.onnx --rounds 3
+    python -m tools.bench_rss --models resnet50.torchscript bert_base.torchscript --rounds 2
     python -m tools.bench_rss --models /tmp/zoo/bert_base.torchscript.*.onnx --engines cold ort
+
+A model is an .onnx path or a zoo name (tests/zoo/skeletons), realized once into --work-dir.
 
 Each figure is one fresh process (glowpy.bench's worker: load, compile, one run) and its peak RSS is
 the ru_maxrss os.wait4 reports when it has exited, so memory a process touches after its own
@@ -69,18 +71,29 @@ def measure(model: Path, engines: list[str], rounds: int, threads: int, work: Pa
     return per
 
 
+def model_path(name: str, work_dir: Path | None) -> Path:
+    """An .onnx path as given; a zoo name as its realized model file."""
+    if name.endswith(".onnx"):
+        return Path(name)
+    from tools.bench_zoo import DEFAULT_WORK_DIR, model_file
+
+    return model_file(name, work_dir or DEFAULT_WORK_DIR)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", type=Path, required=True, help="ONNX model files")
+    ap.add_argument("--models", nargs="+", required=True, help="ONNX model files or zoo names")
     ap.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, help="also write the per-round figures here")
+    ap.add_argument("--work-dir", type=Path, help="where zoo names are realized (default: bench_zoo's)")
     args = ap.parse_args(argv)
     everything = {}
     print("| model | engine | peak RSS MiB (median) | max | load s (median) |")
     print("| --- | --- | ---: | ---: | ---: |")
-    for model in args.models:
+    for name in args.models:
+        model = model_path(name, args.work_dir)
         with tempfile.TemporaryDirectory(prefix="glowpy-rss-") as tmp:
             per = measure(model, args.engines, args.rounds, args.threads, Path(tmp))
         everything[str(model)] = per

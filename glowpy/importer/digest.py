@@ -4,6 +4,7 @@ weights an ONNXIFI host hands over, read in place)."""
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 
 CHUNK = 8 << 20
@@ -45,9 +46,20 @@ def file_digest(fd: int, size: int, marker: bytes = b"") -> tuple[str, bool]:
     over = max(len(marker) - 1, 0)
 
     def chunk(start: int) -> tuple[bytes, bool, int]:
-        data = os.pread(fd, min(CHUNK, size - start) + over, start)
-        n = min(CHUNK, len(data))
-        return hashlib.sha256(memoryview(data)[:n]).digest(), bool(marker) and marker in data, n
+        want = min(CHUNK, size - start) + over
+        if not hasattr(os, "preadv") or want <= 0:
+            data = os.pread(fd, want, start)
+            n = min(CHUNK, len(data))
+            return hashlib.sha256(memoryview(data)[:n]).digest(), bool(marker) and marker in data, n
+        # Read into a mapping of its own, unmapped after: a bytes object this size would come from
+        # malloc, whose heaps (one per hashing thread) keep such chunks resident after they are freed,
+        # and would raise its mmap threshold, so the weights the import allocates next share a heap.
+        with mmap.mmap(-1, want) as buf:
+            got = os.preadv(fd, [buf], start)
+            n = min(CHUNK, got)
+            with memoryview(buf) as view, view[:n] as part:
+                digest = hashlib.sha256(part).digest()
+            return digest, bool(marker) and buf.find(marker, 0, got) >= 0, n
 
     results = _map(chunk, list(range(0, max(size, 1), CHUNK)), size > CHUNK)
     lengths = [n for _, _, n in results]

@@ -167,3 +167,23 @@ def test_cold_compile_holds_weights_at_most_twice(tmp_path: Path, monkeypatch: p
     assert not any((tmp_path / "cache").glob("*.tmp"))
     assert len(list((tmp_path / "cache").glob("model-*.w"))) == 2
     assert peak < 2.4 * nbytes, f"compile peaked {peak / MIB:.0f} MiB above its start for {nbytes / MIB:.0f} MiB of weights"
+
+
+@pytest.mark.parametrize("preadv", [True, False])
+def test_file_digest_is_the_bytes_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preadv: bool) -> None:
+    """A file's digest, read a chunk at a time into buffers of its own (or with pread), is its bytes'
+    digest, and a marker split between two chunks is found."""
+    from glowpy.importer import digest
+
+    monkeypatch.setattr(digest, "CHUNK", 4096)
+    if not preadv:
+        monkeypatch.delattr(os, "preadv", raising=False)
+    data = bytearray(np.random.default_rng(0).integers(0, 256, 3 * 4096 + 100, dtype=np.uint8).tobytes())
+    data[4096 - 3:4096 + 5] = b"location"
+    for content, marked in ((bytes(data), True), (bytes(data).replace(b"location", b"xxxxxxxx"), False)):
+        (tmp_path / "m.onnx").write_bytes(content)
+        with open(tmp_path / "m.onnx", "rb") as f:
+            assert digest.file_digest(f.fileno(), len(content), b"location") == (digest.content_digest(content), marked)
+    with open(tmp_path / "m.onnx", "rb") as f:
+        with pytest.raises(OSError, match="read"):
+            digest.file_digest(f.fileno(), len(data) + 10)

@@ -164,3 +164,20 @@ def test_zoo_table_ratios_and_geometric_mean() -> None:
     assert lines[3].startswith("| b.dynamo | 1 | 8.00 ms | 4.00 ms | 2.00x |")
     assert "operator Foo is not supported" in lines[4]
     assert lines[5] == "| **geometric mean** | 1 |  |  | **1.00x** |  |"
+
+
+def test_bench_rss_takes_paths_and_zoo_names(tmp_path: Path) -> None:
+    """tools/bench_rss: an .onnx argument is a path; a zoo name is its realized file in the work dir
+    (made once: an existing one is used as is)."""
+    import hashlib
+
+    from tests.zoo.realize import SKELETON_DIR
+    from tools.bench_rss import model_path
+
+    assert model_path("some/where.onnx", None) == Path("some/where.onnx")
+    name = "resnet50.torchscript"
+    digest = hashlib.sha256((SKELETON_DIR / f"{name}.onnx").read_bytes()).hexdigest()[:16]
+    made = tmp_path / f"{name}.{digest}.onnx"
+    made.write_bytes(b"already realized")
+    assert model_path(name, tmp_path) == made
+    assert made.read_bytes() == b"already realized"

@@ -68,6 +68,7 @@ from glowpy.ir.graph import Graph, Node, Value
 from glowpy.ir.ops import OPS
 from glowpy.ir.ops.control import CONTROL_OPS, unroll_refusal
 from glowpy.ir.types import BFLOAT16
+from glowpy.limits import memory_budget
 
 OPTIONS = ("threads", "cache", "fast_kernels", "profile", "release_weights", "isa")
 MAX_THREADS = 256
@@ -454,6 +455,8 @@ class CpuBackend(Backend):
         if entry is None:
             return None
         meta = entry.meta
+        if meta["weights_bytes"] + meta["layout"]["arena_size"] > memory_budget()[0]:
+            return None  # over GLOWPY_MAX_MEMORY: the compile refuses it, naming the tensor
         obj = store.get(meta["code_key"])
         if obj is None:
             return None
@@ -552,6 +555,7 @@ class CpuBackend(Backend):
         _return_free_heap()  # LLVM's transient peak then starts from what is live, not from freed import buffers
         obj = parallel.compile_program(str(program.module), program.kernel_defs, program.kernel_decls, target,
                                        store, bar.kernels)
+        _return_free_heap()  # what LLVM freed, mostly in its threads' malloc arenas, before the arena and the run
         bar.stage("link")
         return obj
 

@@ -153,7 +153,13 @@ def compile_unit(text: str, target: HostTarget, speed_level: int = 3) -> bytes:
     module.verify()
     machine = new_machine(target)
     builder, manager = pass_pipeline(target, speed_level, machine)
-    _unlocked("LLVMPY_RunNewModulePassManager")(manager, module, builder)
+    try:
+        _unlocked("LLVMPY_RunNewModulePassManager")(manager, module, builder)
+    finally:
+        # llvmlite's ModulePassManager never frees itself (its _dispose resolves to ObjectRef's no-op), and
+        # with it went every pass's tables: ~0.6 MiB per large kernel at O3, 7.5 MiB per ResNet-50.
+        ffi.lib.LLVMPY_DisposeNewModulePassManger(manager)
+        manager.detach()
     return _emit_object(machine, module)
 
 

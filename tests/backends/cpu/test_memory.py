@@ -135,3 +135,45 @@ def test_release_weights_drops_packed_constants_only() -> None:
     assert {"w", "b"} <= released
     assert not released & {"big", "s", "bn0", "bn1", "bn2", "bn3"}
     assert_close(ex.run(feeds), want)
+
+
+def test_build_drops_each_kernel_module_once_sealed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compile pauses the cyclic collector, yet a kernel's llvmlite module (cyclic garbage once its
+    text is sealed) does not outlive the next kernels: the sharing table keeps declarations, and the
+    build collects the young garbage as it goes. Two convs of one configuration share a kernel."""
+    import gc
+    import weakref
+
+    from glowpy.backends.cpu import lowering
+    from glowpy.backends.cpu.module_text import KernelTexts
+
+    made: list[weakref.ref] = []
+    kmod = KernelTexts.kmod
+
+    def tracked(self):
+        m = kmod(self)
+        made.append(weakref.ref(m))
+        return m
+
+    monkeypatch.setattr(KernelTexts, "kmod", tracked)
+    monkeypatch.setattr(lowering, "COLLECT_OBJECTS", 0)
+    rng = np.random.default_rng(0)
+    g = Graph("chain")
+    y = g.add_input("x", TensorType(F32, (1, 16, 8, 8)))
+    for i in range(4):
+        w = g.add_constant(f"w{i}", rng.standard_normal((16, 16, 3, 3)).astype(F32) * 0.1)
+        b = g.add_constant(f"b{i}", rng.standard_normal(16).astype(F32))
+        y = g.add_node("Conv", [y, w, b], {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1)},
+                       name=f"conv{i}").outputs[0]
+        y = g.add_node("Sigmoid", [y], name=f"sig{i}").outputs[0]
+    g.outputs = [y]
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        program = CpuBackend().build(g, threads=1)
+        alive = [r for r in made if r() is not None]
+    finally:
+        if enabled:
+            gc.enable()
+    assert len(made) >= 5 and len(alive) <= 1, (len(made), len(alive))
+    assert len(program.kernel_defs) >= 5

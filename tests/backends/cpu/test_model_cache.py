@@ -191,3 +191,19 @@ def test_the_background_write_runs_at_the_lowest_priority() -> None:
     flush()
     assert seen == [WRITER_NICE]
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != WRITER_NICE  # the caller keeps its own
+
+
+def test_a_hit_over_the_memory_limit_is_refused_as_a_compile_is(fresh_dir: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """GLOWPY_MAX_MEMORY holds for a cached model too: an entry whose weights and arena are over it is a
+    miss, and the compile refuses the model naming the tensor, as without the cache."""
+    from glowpy.errors import MemoryLimitExceeded
+
+    data = conv_model()
+    glowpy.compile(data, threads=1)
+    flush()
+    monkeypatch.setenv("GLOWPY_MAX_MEMORY", "8K")  # fc is 11.25 KiB
+    with pytest.raises(MemoryLimitExceeded, match=r"tensor 'fc'.*needs 11\.2 KiB"):
+        glowpy.compile(data, threads=1)
+    monkeypatch.setenv("GLOWPY_MAX_MEMORY", "64M")
+    assert glowpy.compile(data, threads=1).cached
