@@ -3,11 +3,14 @@ time at N threads, the run's median and best, and the waits between steps.
 
     python -m tools.bench_threads squeezenet1_1.torchscript mobilenet_v2.torchscript --threads 2
     python -m tools.bench_threads /path/model.onnx --runs 50 --all
+    python -m tools.bench_threads mobilenet_v2.torchscript --cpu-clock   # on a loaded machine
 
 A step's speedup is its 1-thread time over the slowest thread's at N; the run minus the sum of those
 slowest times is what waits, wake-ups and gaps cost. Minima over runs, so a shared machine's noise
 inflates them less than medians (the run figures are both). --all lists every step, else the 15 that
-lose most to splitting.
+lose most to splitting. --cpu-clock times each thread's kernel calls in its own CPU time (profile="cpu"):
+other processes' load then barely moves the per-step figures, which show a split's imbalance and the
+work its chunks repeat, but not the waits (the run figures stay wall time).
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ def waits(path: str, nthreads: int) -> tuple[int, int]:
     return len(prog.waits), sum(len(on) for on in prog.waits.values())
 
 
-def best_steps(path: str, feeds: dict, nthreads: int, runs: int) -> tuple[dict, dict[int, dict[int, float]], list]:
+def best_steps(path: str, feeds: dict, nthreads: int, runs: int, clock: str = "wall"
+               ) -> tuple[dict, dict[int, dict[int, float]], list]:
     """(step infos by index, best time per step per thread in us, run times in us)."""
-    model = glowpy.compile(path, threads=nthreads, profile=True)
+    model = glowpy.compile(path, threads=nthreads, profile=clock)
     for _ in range(5):
         model.run(feeds)
     best: dict[int, dict[int, float]] = {}
@@ -47,18 +51,18 @@ def best_steps(path: str, feeds: dict, nthreads: int, runs: int) -> tuple[dict, 
     for _ in range(runs):
         model.run(feeds)
         prof = model.executable.profile()
-        totals.append((prof.end - prof.begin) / 1e3)
+        totals.append(prof.wall * 1e6)
         for k, tid, start, end in prof.spans:
             row = best.setdefault(k, {})
             row[tid] = min(row.get(tid, np.inf), (end - start) / 1e3)
     return {s.index: s for s in prof.steps}, best, totals
 
 
-def report(name: str, nthreads: int, runs: int, show_all: bool, work_dir: Path) -> None:
+def report(name: str, nthreads: int, runs: int, show_all: bool, work_dir: Path, clock: str = "wall") -> None:
     path = str(Path(name) if name.endswith(".onnx") else model_file(name, work_dir))
     feeds = make_inputs(onnx.load(path, load_external_data=False), SEED + 1)[0]
-    _, one, t1 = best_steps(path, feeds, 1, runs)
-    steps, many, tn = best_steps(path, feeds, nthreads, runs)
+    _, one, t1 = best_steps(path, feeds, 1, runs, clock)
+    steps, many, tn = best_steps(path, feeds, nthreads, runs, clock)
     rows = []
     for k in sorted(many):
         slowest = max(many[k].values())
@@ -67,7 +71,7 @@ def report(name: str, nthreads: int, runs: int, show_all: bool, work_dir: Path) 
     waiting, nwaits = waits(path, nthreads)
     print(f"## {name}: 1 thread median {np.median(t1):.0f} us (best {min(t1):.0f}); {nthreads} threads median "
           f"{np.median(tn):.0f} us (best {min(tn):.0f}); sum of slowest threads {bound:.0f} us; "
-          f"{waiting} of {len(rows)} steps wait, {nwaits} waits")
+          f"{waiting} of {len(rows)} steps wait, {nwaits} waits" + ("; steps in thread CPU time" if clock == "cpu" else ""))
     for loss, k, slowest in rows if show_all else sorted(rows, reverse=True)[:15]:
         s = steps[k]
         per = " ".join(f"t{t}={v:7.1f}" for t, v in sorted(many[k].items()))
@@ -82,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=40)
     p.add_argument("--all", action="store_true", help="every step, in order")
     p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
+    p.add_argument("--cpu-clock", action="store_true", help="time steps in each thread's CPU time")
     args = p.parse_args(argv)
     for name in args.models:
-        report(name, args.threads, args.runs, args.all, args.work_dir)
+        report(name, args.threads, args.runs, args.all, args.work_dir, "cpu" if args.cpu_clock else "wall")
     return 0
 
 

@@ -55,6 +55,31 @@ def test_no_timer_code_without_profile(tmp_path: Path) -> None:
         glowpy.compile(model, threads=2, profile=True).executable.code_key
 
 
+def test_cpu_clock_profile_stamps_thread_cpu_time(tmp_path: Path) -> None:
+    """profile="cpu" stamps each thread's CPU time (CLOCK_THREAD_CPUTIME_ID): at one thread every stamp of
+    a run falls within the caller's thread_time around it; the clocks are different builds; an unknown
+    clock is refused."""
+    import time
+
+    from glowpy.errors import UnsupportedAttribute
+
+    model = str(_mlp(tmp_path / "mlp.onnx", batch=256))
+    m = glowpy.compile(model, threads=1, profile="cpu")
+    x = np.ones((256, 32), np.float32)
+    m.run({"x": x})
+    before = time.thread_time_ns()
+    m.run({"x": x})
+    after = time.thread_time_ns()
+    prof = m.executable.profile()
+    stamps = [prof.begin, prof.end] + [t for span in prof.spans for t in span[2:]]
+    assert prof.spans and all(before <= t <= after for t in stamps), (before, stamps, after)
+    assert all(end >= start for _, _, start, end in prof.spans)
+    codes = {glowpy.compile(model, threads=1, profile=p).executable.code_key for p in (True, "wall", "cpu")}
+    assert len(codes) == 2  # True is "wall"
+    with pytest.raises(UnsupportedAttribute, match="unknown profile clock"):
+        glowpy.compile(model, threads=1, profile="cycles")
+
+
 def test_run_profile_squeezenet_one_thread(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace_path = tmp_path / "trace.json"
     runs = 5

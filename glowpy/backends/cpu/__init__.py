@@ -12,7 +12,8 @@ arrays, a planned activation arena and the caller's input/output arrays.
 Compile options: `threads` (default $GLOWPY_NUM_THREADS, else the machine's CPU count), `cache`
 (default True: reuse and store object code in the on-disk cache), `fast_kernels` (default True:
 use the tiled float32 Conv / Gemm generators when present; False forces the plain kernels), `profile`
-(default False: time every kernel call on every thread; `executable.profile()` after a run),
+(default False: time every kernel call on every thread; `executable.profile()` after a run; True or
+"wall" for wall time, "cpu" for each thread's CPU time),
 `release_weights` (default False: for a caller that owns the graph and will not run it elsewhere, e.g.
 the optimizer's private copy; constants the kernels packed get `Value.data = None` as soon as they are
 packed, so the process never holds a model's weights twice), `isa` (default "host": all the host's
@@ -306,8 +307,9 @@ class StepInfo:
 
 @dataclass
 class RunProfile:
-    """One profiled run: native begin and end (CLOCK_MONOTONIC ns), the caller's wall time of the
-    native call (s), the threads that ran, and (step index, tid, start ns, end ns) per kernel call."""
+    """One profiled run: native begin and end (the profile clock's ns: CLOCK_MONOTONIC, or thread 0's CPU
+    time with profile="cpu"), the caller's wall time of the native call (s), the threads that ran, and
+    (step index, tid, start ns, end ns) per kernel call."""
 
     begin: int
     end: int
@@ -396,14 +398,19 @@ class CpuBackend(Backend):
     # --- compiling ----------------------------------------------------------------------------
 
     @staticmethod
-    def _options(options: dict[str, Any]) -> tuple[int, bool, bool, bool]:
-        """(threads, cache, fast_kernels, profile); release_weights is read by build()."""
+    def _options(options: dict[str, Any]) -> tuple[int, bool, bool, str]:
+        """(threads, cache, fast_kernels, profile clock or ""); release_weights is read by build()."""
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise UnsupportedAttribute(f"unknown compile option(s) {unknown} for the cpu backend",
                                        expected=list(OPTIONS), found=unknown)
+        profile = options.get("profile", False)
+        clock = "wall" if profile is True else profile or ""
+        if clock not in ("", *codegen.PROFILE_CLOCKS):
+            raise UnsupportedAttribute("unknown profile clock", expected=[False, True, *codegen.PROFILE_CLOCKS],
+                                       found=profile)
         return (resolve_threads(options.get("threads")), bool(options.get("cache", True)),
-                bool(options.get("fast_kernels", True)), bool(options.get("profile", False)))
+                bool(options.get("fast_kernels", True)), clock)
 
     def target_for(self, options: dict[str, Any]) -> HostTarget:
         """The target the `isa` option names (the host's by default)."""

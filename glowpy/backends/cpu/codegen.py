@@ -22,8 +22,8 @@ still pending (`Program.waits`). A thread that fails to start is simply not coun
 the threads that did start. A cooperative step's chunks share one scratch block and get the step's
 words in the pool (Arg "sync"), through which they synchronize inside the kernel (threads.py).
 
-Profile builds (profile=True only; otherwise no timing code is emitted): a block of i64 nanosecond
-stamps in the arena (`profile_layout`): the run's begin and end and the started thread count,
+Profile builds (profile "wall" or "cpu", PROFILE_CLOCKS; otherwise no timing code is emitted): a block of
+i64 nanosecond stamps in the arena (`profile_layout`): the run's begin and end and the started thread count,
 written by the entry, then one row per thread of (start, end) per step, written by each thread
 around each kernel call it makes (CLOCK_MONOTONIC through clock_gettime, a vDSO call on Linux).
 """
@@ -219,7 +219,7 @@ def _split_entry(text: str) -> list[tuple[str, str, str]]:
 
 
 def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: bool = True,
-          profile: bool = False, release_weights: bool = False) -> Program:
+          profile: str = "", release_weights: bool = False) -> Program:
     """Lower, bind, plan memory and emit the entry: an unoptimized LLVM module plus its data."""
     module = ir.Module(name=f"glowpy.{graph.name}")
     module.triple = target.triple
@@ -287,7 +287,9 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
 # --- the entry and the worker ----------------------------------------------------------------------
 
 PROFILE_HEADER = 8  # i64 slots before the rows: run begin, run end, threads started, spare
-CLOCK_MONOTONIC = 1  # Linux
+# profile clocks (Linux clock ids): wall time, or each thread's CPU time, which a loaded machine's other
+# processes do not stretch (a split step's chunks then show their own cost, not their preemptions)
+PROFILE_CLOCKS = {"wall": 1, "cpu": 3}  # CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID
 
 
 def profile_bytes(nsteps: int, nthreads: int) -> int:
@@ -301,15 +303,15 @@ def profile_layout(nsteps: int, nthreads: int) -> dict[str, int]:
             "slots": PROFILE_HEADER + 2 * nsteps * nthreads}
 
 
-def _emit_now(module: ir.Module) -> ir.Function:
-    """i64 glowpy.now(): CLOCK_MONOTONIC in nanoseconds."""
+def _emit_now(module: ir.Module, clock: str) -> ir.Function:
+    """i64 glowpy.now(): the profile clock (PROFILE_CLOCKS) in nanoseconds."""
     timespec = ir.LiteralStructType([U.I64, U.I64])  # struct timespec on LP64 Linux
     gettime = U.declare(module, "clock_gettime", U.I32, [U.I32, timespec.as_pointer()])
     fn = ir.Function(module, ir.FunctionType(U.I64, []), name="glowpy.now")
     fn.linkage = "internal"
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     ts = b.alloca(timespec, name="ts")
-    b.call(gettime, [U.i32(CLOCK_MONOTONIC), ts])
+    b.call(gettime, [U.i32(PROFILE_CLOCKS[clock]), ts])
     sec = b.load(b.gep(ts, [U.i32(0), U.i32(0)], inbounds=True), name="sec")
     nsec = b.load(b.gep(ts, [U.i32(0), U.i32(1)], inbounds=True), name="nsec")
     b.ret(b.add(b.mul(sec, U.i64(1_000_000_000)), nsec, name="ns"))
@@ -362,7 +364,7 @@ def _guarded(b: ir.IRBuilder, s: Step, k: int, pointer: Callable[[Arg, int, Step
 
 def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder: Binder, plan: Plan,
                 array_offset: dict[int, int], scratch_key: dict[int, tuple], coop: dict[int, int], nthreads: int,
-                threaded: bool, profile: bool = False) -> dict[int, list[int]]:
+                threaded: bool, profile: str = "") -> dict[int, list[int]]:
     """Emits the worker and the entry; returns the waits of a threaded program (Program.waits). `coop`:
     the cooperative steps' indices among the pool's blocks of their words."""
     pool_ty = pool_type(nthreads, len(steps), len(coop), target.data_layout) if threaded else None
@@ -428,7 +430,7 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
     row = now = None
     layout = profile_layout(len(steps), nthreads)
     if profile:
-        now = _emit_now(module)
+        now = _emit_now(module, profile)
         stamps = b.bitcast(b.gep(arena, [U.i64(plan.offsets[PROFILE_KEY])], inbounds=True), U.I64.as_pointer(),
                            name="stamps")
         first = b.add(U.i64(layout["rows"]), b.mul(b.sext(tid, U.I64), U.i64(layout["row_stride"])), name="row.first")
