@@ -64,6 +64,7 @@ CONFIGS = {
     "batch2_wino": ((2, 16, 9, 9), (20, 16, 3, 3), dict(pads=(1, 1, 1, 1))),
     "chanvec_3x3s2_asym": ((1, 24, 9, 9), (48, 24, 3, 3), dict(strides=(2, 2), pads=(1, 0, 1, 2))),
     "direct_chunked": ((1, 400, 9, 9), (40, 400, 1, 1), {}),
+    "direct_copied_edge": ((1, 72, 19, 19), (24, 72, 1, 1), {}),
 }
 
 
