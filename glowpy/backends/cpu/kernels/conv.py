@@ -616,6 +616,22 @@ def use_channel_vectors(geo: _Geometry, vw: int) -> bool:
 
 CHANNEL_TILE = None  # (pixels, channel vectors): overrides the choice below, for measurements
 CHANNEL_PREFETCH = True
+TRANSPOSE_EPILOGUE = True
+
+
+def _transpose(vx: VecIR, rows: list) -> list:
+    """The VW x VW transpose of VW vectors (out[j][i] = rows[i][j]): log2(VW) rounds of two-source
+    shuffles, each swapping the off-diagonal h x h blocks of every 2h x 2h block."""
+    n, r, h = len(rows), list(rows), len(rows) // 2
+    while h:
+        lo = ir.Constant(ir.VectorType(I32, n), [j if not j & h else n + j - h for j in range(n)])
+        hi = ir.Constant(ir.VectorType(I32, n), [j + h if not j & h else n + j for j in range(n)])
+        for i in range(n):
+            if not i & h:
+                r[i], r[i + h] = (vx.b.shuffle_vector(r[i], r[i + h], lo, name="tr.lo"),
+                                  vx.b.shuffle_vector(r[i], r[i + h], hi, name="tr.hi"))
+        h //= 2
+    return r
 
 
 def _channel_tile(geo: _Geometry, vw: int) -> tuple[int, int]:
@@ -684,7 +700,11 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
     block_floats = cc * geo.KHKW * pix_stride  # one pixel block's rows of a chunk
     pbuf_floats = 0 if direct else pblocks * block_floats
     cbuf_floats = units * pr * nr if chunks > 1 else 0
-    scratch_bytes = (pbuf_floats + cbuf_floats) * 4 + 64 if pbuf_floats + cbuf_floats else 0
+    transposed = TRANSPOSE_EPILOGUE and not by_pixels
+    # the finished tiles of a panel, [pixel][NR] (VW rows of slack: a transposed block reads whole vectors)
+    tbuf_floats = (geo.P + vw) * nr if transposed else 0
+    scratch_floats = pbuf_floats + cbuf_floats + tbuf_floats
+    scratch_bytes = scratch_floats * 4 + 64 if scratch_floats else 0
 
     fn = kernel_function(module, name, len(packed))
     out_p, x_p, res_p, scratch_p, w_p, bias_p = fn.args[:6]
@@ -699,6 +719,7 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
         base = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="scratch.base")
         pbuf = base
         cbuf = vx.gep(base, pbuf_floats, name="partials")
+        tbuf = vx.gep(cbuf, cbuf_floats, name="finished")
     # image-group whose pixels pbuf holds (split by channel panels: every pixel block of it)
     packed_for = None if direct or by_pixels else b.alloca(I64, name="packed.for")
     lo, hi = U.thread_range(vx.b, units, tid, nthreads, "unit")
@@ -782,7 +803,15 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                             for v in range(nvec):
                                 vx.store(acc[r][v], vx.gep(cb, r * nr + v * vw))
 
-                    when(vx, last, lambda: finish(q0, masks, acc, nvec, rows), keep_partials)
+                    def keep_finished() -> None:
+                        for r in range(rows):
+                            for v in range(nvec):
+                                vx.store(acc[r][v], vx.gep(tbuf, vx.off((vx.off(q0, r), nr), v * vw)))
+
+                    if transposed:
+                        when(vx, last, keep_finished, keep_partials)
+                    else:
+                        when(vx, last, lambda: finish(q0, masks, acc, nvec, rows), keep_partials)
 
                 def finish(q0, masks, acc, nvec: int, rows: int) -> None:
                     brow = vx.gep(bias_p, vx.off((g, mpanels * nr), m0), name="brow")
@@ -803,6 +832,32 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                             vx.scatter(val, vx.ptrs(vx.gep(out_img, q), cols[v], name="outp"), masks[v])
 
                 block_loop(vx, lo=pb_lo, hi=pb_hi, blocks=pblocks, full=pfull, body=tile)
+                if transposed:
+                    when(vx, last, lambda: finish_transposed(pb_lo, pb_hi, nvec, lanes), lambda: None)
+
+            def finish_transposed(pb_lo, pb_hi, nvec: int, lanes: int) -> None:
+                """The panel's pixels [pb_lo * pr, min(pb_hi * pr, P)) from tbuf to out: per VW pixels and
+                vector of channels a VW x VW transpose, then bias, residual and activation on contiguous
+                rows of NCHW (no scatters, no gathers)."""
+                q_lo = b.mul(pb_lo, ir.Constant(I64, pr), name="t.qlo")
+                q_hi = imin(b, b.mul(pb_hi, ir.Constant(I64, pr)), ir.Constant(I64, geo.P), name="t.qhi")
+                n_q = b.sub(q_hi, q_lo, name="t.nq")
+                gl = Loop(vx, "t.grp", 0, b.udiv(vx.off(n_q, vw - 1), ir.Constant(I64, vw)))
+                q = b.add(q_lo, b.mul(gl.i, ir.Constant(I64, vw)), name="t.q")
+                left = b.trunc(b.sub(q_hi, q), I32, name="t.left")
+                pmask = b.icmp_signed("<", vx.iota, vx.splat(left), name="t.mask")
+                for v in range(nvec):
+                    cols = [vx.load(vx.gep(tbuf, vx.off((vx.off(q, i), nr), v * vw)), name="t.row") for i in range(vw)]
+                    for j, val in enumerate(_transpose(vx, cols)):
+                        if v == nvec - 1 and lanes and j >= lanes:
+                            break
+                        ch = vx.off(m0, v * vw + j)
+                        at = vx.off((ch, geo.P), q)
+                        val = vx.fadd(val, vx.load_splat(vx.gep(bias_p, vx.off((g, mpanels * nr), ch)), name="t.bias"))
+                        if has_residual:
+                            val = vx.fadd(val, vx.load(vx.gep(res_img, at), pmask, name="t.res"))
+                        vx.store(vx.activation(val, activation, params), vx.gep(out_img, at), pmask)
+                gl.close()
 
             full_or_edge_panel(b, mp, nfull=mpfull, edge=m_edge, nv=nv, vw=vw, run=run)
 
