@@ -364,6 +364,7 @@ def pack_conv2d(*, x_shape, w: np.ndarray, bias: np.ndarray | None, strides, pad
     return pack(geo, w, bias, vector_width)
 
 
+PIXEL_WIDE_MIN = 56 * 56
 PIXEL_TILE = None  # (MR, NV): overrides the choice below, for measurements
 
 
@@ -371,6 +372,10 @@ def _pixel_tile(geo: _Geometry, vw: int) -> tuple[int, int]:
     """(MR, NV) of the pixel path's tile: rows of output channels x vectors of pixels."""
     if PIXEL_TILE is not None:
         return min(PIXEL_TILE[0], geo.Mg), PIXEL_TILE[1]
+    if vw >= 16 and geo.P >= PIXEL_WIDE_MIN and geo.Mg >= 24:
+        # 6 x 4: 10 loads per 24 fma instead of 8 x 2's 10 per 16; on large maps (ResNet's 112x112 and
+        # 56x56) 4-9% faster in the model, on 28x28 ones with a residual 3% slower (measured on a Xeon)
+        return 6, 4
     return choose_tile(geo.Mg, vw)
 
 

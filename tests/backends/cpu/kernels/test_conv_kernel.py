@@ -65,6 +65,8 @@ CONFIGS = {
     "chanvec_3x3s2_asym": ((1, 24, 9, 9), (48, 24, 3, 3), dict(strides=(2, 2), pads=(1, 0, 1, 2))),
     "direct_chunked": ((1, 400, 9, 9), (40, 400, 1, 1), {}),
     "direct_copied_edge": ((1, 72, 19, 19), (24, 72, 1, 1), {}),
+    # a large map: 6 x 4 tiles at 16 lanes (3420 pixels: a 28-pixel edge panel; 28 rows: a 4-row edge block)
+    "wide_3x3s2_edges": ((1, 5, 120, 114), (28, 5, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),
 }
 
 
@@ -98,7 +100,8 @@ def _run_and_check(x_shape, w_shape, attrs, *, activation="relu", params=(), res
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_conv_configs(name: str) -> None:
     x_shape, w_shape, attrs = CONFIGS[name]
-    _run_and_check(x_shape, w_shape, attrs, residual=name.endswith(("_56", "_7x7", "dw", "g4", "2_3x3", "chunked", "batch2", "asym")))
+    _run_and_check(x_shape, w_shape, attrs, residual=name.endswith(("_56", "_7x7", "dw", "g4", "2_3x3", "chunked", "batch2", "asym",
+                                                                    "edges")))
 
 
 @pytest.mark.parametrize("name", ["resnet_3x3_28", "resnet_conv1_7x7s2", "squeeze_1x1_M1000", "direct_chunked",
