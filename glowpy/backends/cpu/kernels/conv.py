@@ -12,7 +12,7 @@ B is read as vectors along p:
 A panel is packed once per thread into its scratch and reused by every row block of output channels.
 Small maps (up to 17x17) would waste vector lanes over pixels or stream their large weights once per pixel
 panel, so there the tile is transposed: a few pixels broadcast x vectors of output channels, every weight
-read once, and the epilogue scatters down NCHW columns.
+read once; a panel's finished tiles go back to NCHW rows through VW x VW register transposes.
 Depthwise convs (group == C == M) have their own direct kernel (depthwise.py).
 
 Contract for callers: the work (pixel panels x row blocks, or channel planes) is split in contiguous,
@@ -602,7 +602,7 @@ CHANNEL_WEIGHT_BYTES = 512 * 1024
 def use_channel_vectors(geo: _Geometry, vw: int) -> bool:
     """Vectors over pixels waste lanes on small maps (7x7: 64 lanes for 49 pixels; 1x1: 16 for 1), and
     each of their panels streams all the weights: the channel path vectors over output channels and reads
-    each weight once, at the price of a scatter epilogue. It is taken where the pixel path wastes 10% more
+    each weight once, at the price of a transposing epilogue. It is taken where the pixel path wastes 10% more
     lanes, or wastes no fewer and the weights are too large to stay cached between pixel panels (measured
     on AVX-512 with cold caches, as in a model: 1.1-1.6x on 7x7 to 17x17 maps; with L2-sized weights and
     short reductions the scatters cost more than the streaming, 0.6x at 96 -> 576 on 14x14)."""
@@ -683,7 +683,9 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                        vw) -> KernelInfo:
     """The transposed blocking for small maps: a tile is (a few output pixels) x (NV vectors of output
     channels); the pixels' input values are broadcast, the weights ([group][channel panel][k][NR]) are the
-    vectors, and the epilogue scatters each vector down a column of NCHW. Work units are (image and group,
+    vectors; the last chunk's tiles of a panel are kept in scratch as [pixel][channel] and written out per
+    VW pixels x VW channels through a register transpose (rows of NCHW: no scatters, and residuals read as
+    rows). Work units are (image and group,
     channel panel, pixel block) with pixel blocks innermost, so a channel panel's weights are read from
     memory once and reused from cache by every pixel block (the weights of these layers are far larger than
     their maps); without the 1x1 direct read, a thread packs the pixels of a reduction chunk once per image
