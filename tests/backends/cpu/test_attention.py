@@ -43,15 +43,17 @@ def test_softmax_last_axis(shape, isa: str) -> None:
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_softmax_masked_and_special_rows(isa: str) -> None:
-    """-inf scores (an attention mask) give exact zeros; a NaN row and an all -inf row give NaN, like
-    the reference; large finite scores do not overflow."""
-    x = np.random.default_rng(1).standard_normal((6, 21)).astype(F32)
+    """-inf scores (an attention mask) give exact zeros, and so do finite mask values (finfo.min, -1e4,
+    -100: exp below the smallest normal float is 0, never a subnormal); a NaN row and an all -inf row
+    give NaN, like the reference; large finite scores do not overflow."""
+    x = np.random.default_rng(1).standard_normal((7, 21)).astype(F32)
     x[0, ::3] = -np.inf
     x[1, 5] = np.nan
     x[2, :] = -np.inf
     x[3, :] = np.finfo(F32).min
     x[4, 2] = 1e30
     x[5, 17:] = -np.inf
+    x[6, 1:4], x[6, 9], x[6, 10] = np.finfo(F32).min, -1e4, -100.0
     model = _softmax_model(x.shape, opset=18)
     with np.errstate(invalid="ignore"):
         want = ReferenceEvaluator(model).run(None, {"x": x})[0]
@@ -59,6 +61,9 @@ def test_softmax_masked_and_special_rows(isa: str) -> None:
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=2e-6, atol=1e-7)
     assert np.all(got[0, ::3] == 0) and np.all(got[5, 17:] == 0)
+    assert np.all(got[6, [1, 2, 3, 9, 10]] == 0)
+    tiny = got[np.isfinite(got) & (got != 0)]
+    assert np.all(np.abs(tiny) >= np.finfo(F32).tiny), "subnormal probabilities"
 
 
 def test_softmax_other_axis_keeps_the_generic_kernel() -> None:

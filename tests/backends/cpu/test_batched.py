@@ -12,7 +12,7 @@ from onnx.reference import ReferenceEvaluator
 
 import glowpy
 from glowpy.backends.cpu.kernels import batched
-from glowpy.backends.cpu.target import isa_available
+from glowpy.backends.cpu.target import host_target, isa_available
 
 pytestmark = pytest.mark.heavy  # batched matrix products at many shapes: the suite's second step
 
@@ -121,3 +121,32 @@ def test_kernel_rejects_bad_shapes() -> None:
         batched.emit_batched_gemm(mod, "k2", M=4, N=5, K=6, bias=np.ones(4, F32), vector_width=8)
     with pytest.raises(InternalError, match="one batch stride"):
         batched.emit_batched_gemm(mod, "k3", M=4, N=5, K=6, batch=(2,), vector_width=8)
+
+
+def test_row_bands_only_when_a_outgrows_the_cache() -> None:
+    """Whisper's 1500 x 384 activations against 32-wide panels go in bands; ViT's 197 rows do not."""
+    assert batched.row_bands(1500, 1536, 384, 12, 32) < 125
+    assert batched.row_bands(197, 3072, 768, 6, 64) == 33
+    assert batched.row_bands(197, 768, 3072, 6, 64) == 33
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("const_b,a_shape,b_shape", [
+    (True, (1, 203, 300), (300, 600)),        # constant B, K in two chunks, a short last band
+    (False, (2, 1, 300, 16), (2, 1, 16, 400)),  # runtime B per batch, bands within each batch
+], ids=["constB", "runtimeB"])
+def test_row_bands_give_the_same_bits(monkeypatch, const_b: bool, a_shape, b_shape, isa: str) -> None:
+    """A walked in row bands (a small band budget forces several) gives the unbanded result bit for bit,
+    on 1 to 3 threads (each model runs other feeds first, so an output a band misses cannot pass)."""
+    model, feeds = _model(a_shape, b_shape, const_b=const_b, seed=5)
+    plain = glowpy.compile(model, backend="cpu", threads=1, isa=isa, cache=False).run(feeds)["y"]
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    monkeypatch.setattr(batched, "A_BAND_BYTES", 4 * m * k // 3)
+    vw = host_target(isa).vector_width
+    mr, nv = batched.choose_tile(m, vw, wide=True)
+    assert batched.row_bands(m, n, k, mr, nv * vw) < -(-m // mr)
+    other = {k: v + 1 for k, v in feeds.items()}
+    for nt in (1, 2, 3):
+        compiled = glowpy.compile(model, backend="cpu", threads=nt, isa=isa, cache=False)
+        compiled.run(other)
+        np.testing.assert_array_equal(compiled.run(feeds)["y"], plain, err_msg=f"threads={nt}")

@@ -101,10 +101,10 @@ def _group(op: str, dtype=F32, attrs=None) -> EW.FusedElementwise:
 
 
 def test_which_groups_run_in_vectors() -> None:
-    """Arithmetic and selects on float32 do; libm math (exp in Sigmoid, Exp) and other dtypes keep the
-    scalar loop, which LLVM may still vectorize."""
+    """Arithmetic, selects and activations on float32 do (exp / tanh / erf as the fused epilogues compute
+    them); other libm math (Exp) and other dtypes keep the scalar loop, which LLVM may still vectorize."""
     assert EW.lane_group(_group("Relu")) and EW.lane_group(_group("Clip", attrs={"min": 0.0, "max": 6.0}))
-    assert not EW.lane_group(_group("Sigmoid"))
+    assert EW.lane_group(_group("Sigmoid")) and EW.lane_group(_group("Gelu", attrs={"approximate": "none"}))
     assert not EW.lane_group(_group("Exp"))
     assert not EW.lane_group(_group("Relu", np.float16))
     assert not EW.lane_group(_group("Relu", np.float64))
@@ -112,7 +112,8 @@ def test_which_groups_run_in_vectors() -> None:
         text = str(EW.emit_fused(ir.Module(), "k", _group("Relu"), vw))
         assert f"<{vw} x float>" in text and f"llvm.masked.store.v{vw}f32" in text  # 35 = 2 * 16 + 3
     assert "x float>" not in str(EW.emit_fused(ir.Module(), "k", _group("Relu")))
-    assert "x float>" not in str(EW.emit_fused(ir.Module(), "k", _group("Sigmoid"), 16))
+    assert "x float>" not in str(EW.emit_fused(ir.Module(), "k", _group("Exp"), 16))
+    assert "erf" not in str(EW.emit_fused(ir.Module(), "k", _group("Gelu", attrs={"approximate": "none"}), 16))
 
 
 @pytest.mark.parametrize("axis", [1, 2, -1])

@@ -151,4 +151,11 @@ def test_no_winograd_for_strides_groups_or_few_channels() -> None:
     assert winograd_tile(_Geometry((1, 64, 28, 28), (64, 64, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1), 16) is None
     assert winograd_tile(_Geometry((1, 64, 28, 28), (64, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2), 16) is None
     assert winograd_tile(_Geometry((1, 8, 28, 28), (64, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1), 16) is None
-    assert winograd_tile(_Geometry((1, 64, 28, 28), (64, 64, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1), 16) is None
+    assert winograd_tile(_Geometry((1, 64, 28, 28), (64, 64, 3, 3), (1, 1), (2, 2, 2, 2), (2, 1), 1), 16) is None
+
+
+def test_dilated_winograd_only_where_the_sub_maps_fill_tiles() -> None:
+    # fcn_resnet50: d = 2 and 4 on 28x28 (sub-maps 14x14, 7x7); deeplabv3's ASPP: d = 12 on 14x14 (2x2)
+    assert winograd_tile(_Geometry((1, 256, 28, 28), (256, 256, 3, 3), (1, 1), (2,) * 4, (2, 2), 1), 16) == (2, 4)
+    assert winograd_tile(_Geometry((1, 512, 28, 28), (512, 512, 3, 3), (1, 1), (4,) * 4, (4, 4), 1), 16) == (2, 4)
+    assert winograd_tile(_Geometry((1, 960, 14, 14), (256, 960, 3, 3), (1, 1), (12,) * 4, (12, 12), 1), 16) is None

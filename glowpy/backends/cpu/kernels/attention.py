@@ -16,7 +16,7 @@ import math
 from llvmlite import ir
 
 from glowpy.backends.cpu import irutil as U
-from glowpy.backends.cpu.kernels.batched import KC, batch_offsets
+from glowpy.backends.cpu.kernels.batched import B_PREFETCH, KC, batch_offsets
 from glowpy.backends.cpu.kernels.gemm import choose_tile, emit_tile, full_or_edge_panel
 from glowpy.backends.cpu.kernels.norm import softmax_row
 from glowpy.backends.cpu.vector import I64, PTR, Loop, VecIR
@@ -45,7 +45,7 @@ def emit_attention(module: ir.Module, name: str, *, batch: tuple[int, ...], s: i
     out_p, q_p, kt_p, v_p, mask_p, scratch, tid, nt = fn.args
     vw = vector_width
     vx = VecIR(module, b, vw)
-    mr, nv = choose_tile(s, vw)
+    mr, nv = choose_tile(s, vw, wide=True)
     nr = nv * vw
     mblocks, mfull = math.ceil(s / mr), s // mr
     tp = math.ceil(t / vw) * vw  # scratch row stride
@@ -79,7 +79,7 @@ def emit_attention(module: ir.Module, name: str, *, batch: tuple[int, ...], s: i
     def block(rows: int) -> None:
         def scores(n0, nvec, masks) -> None:
             acc = emit_tile(vx, mr=rows, nv=nvec, kc=d, a_ptr=vx.gep(q_g, vx.off((i0, d))), a_rs=d, a_ks=1,
-                            b_ptr=vx.gep(kt_g, n0), b_ks=t, b_masks=masks, name="qk")
+                            b_ptr=vx.gep(kt_g, n0), b_ks=t, b_masks=masks, b_prefetch=B_PREFETCH, name="qk")
             for r in range(rows):
                 row = vx.off(i0, r)
                 mrow = vx.gep(mask_g, vx.off((row, mask_row))) if mask_g is not None else None
@@ -102,7 +102,8 @@ def emit_attention(module: ir.Module, name: str, *, batch: tuple[int, ...], s: i
         def times_v(n0, nvec, masks) -> None:
             def part(k0, kcn):
                 return emit_tile(vx, mr=rows, nv=nvec, kc=kcn, a_ptr=vx.gep(scratch, k0), a_rs=tp, a_ks=1,
-                                 b_ptr=vx.gep(v_g, vx.off((k0, e), n0)), b_ks=e, b_masks=masks, name="pv")
+                                 b_ptr=vx.gep(v_g, vx.off((k0, e), n0)), b_ks=e, b_masks=masks, b_prefetch=B_PREFETCH,
+                                 name="pv")
 
             chunks = math.ceil(t / KC)
             if chunks == 1:

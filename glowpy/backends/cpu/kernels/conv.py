@@ -12,7 +12,7 @@ B is read as vectors along p:
 A panel is packed once per thread into its scratch and reused by every row block of output channels.
 Small maps (up to 17x17) would waste vector lanes over pixels or stream their large weights once per pixel
 panel, so there the tile is transposed: a few pixels broadcast x vectors of output channels, every weight
-read once, and the epilogue scatters down NCHW columns.
+read once; a panel's finished tiles go back to NCHW rows through VW x VW register transposes.
 Depthwise convs (group == C == M) have their own direct kernel (depthwise.py).
 
 Contract for callers: the work (pixel panels x row blocks, or channel planes) is split in contiguous,
@@ -52,6 +52,32 @@ from glowpy.ir.ops.nn import conv_out_dim
 from .common import KernelInfo
 from .depthwise import _phase_lanes, emit_depthwise, pack_depthwise, use_direct
 from .gemm import choose_tile, emit_tile, full_or_edge_panel, kernel_function
+
+
+def _prefetch(vx: VecIR, ptr, write: bool = False) -> None:
+    """Fetch ptr's cache line into L2 (no fault if ptr is past the buffer)."""
+    pf = vx.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+    vx.b.call(pf, [ptr, ir.Constant(I32, int(write)), ir.Constant(I32, 2), ir.Constant(I32, 1)])
+
+
+def _tile_prefetching(vx: VecIR, *, mr: int, nv: int, kc, a_ptr, a_rs: int, a_ks: int, b_ptr, b_ks: int,
+                      init: list[list], pf_ptr, pf_ks: int, name: str) -> list[list]:
+    """gemm.emit_tile (unmasked B, the same loop) whose k step also prefetches, into L2, the line at
+    pf_ptr + k * pf_ks floats: a stream the following tiles read (the next channel panel's weights),
+    fetched while this tile computes instead of in a burst when they start."""
+    lp = Loop(vx, f"{name}.k", 0, kc, carried=[a for row in init for a in row])
+    k = lp.i
+    acc = [lp.vals[r * nv:(r + 1) * nv] for r in range(mr)]
+    _prefetch(vx, vx.gep(pf_ptr, vx.off((k, pf_ks))))
+    bk = vx.gep(b_ptr, vx.off((k, b_ks)), name=f"{name}.bk")
+    bv = [vx.load(vx.gep(bk, v * vx.vw), name=f"{name}.b{v}") for v in range(nv)]
+    ak = vx.gep(a_ptr, vx.off((k, a_ks)), name=f"{name}.ak")
+    new = []
+    for r in range(mr):
+        a = vx.load_splat(vx.gep(ak, r * a_rs), name=f"{name}.a{r}")
+        new.extend(vx.fma(a, bv[v], acc[r][v], name=f"{name}.c{r}_{v}") for v in range(nv))
+    out = lp.close(new)
+    return [out[r * nv:(r + 1) * nv] for r in range(mr)]
 
 # Reduction chunking: a panel's chunk of the vector operand (kc x NR floats) and the chunk of
 # weights (rows x kc) should stay cache-resident while the tiles pass over them. Measured on Zen 4
@@ -338,9 +364,24 @@ def pack_conv2d(*, x_shape, w: np.ndarray, bias: np.ndarray | None, strides, pad
     return pack(geo, w, bias, vector_width)
 
 
+PIXEL_WIDE_MIN = 56 * 56
+PIXEL_TILE = None  # (MR, NV): overrides the choice below, for measurements
+
+
+def _pixel_tile(geo: _Geometry, vw: int) -> tuple[int, int]:
+    """(MR, NV) of the pixel path's tile: rows of output channels x vectors of pixels."""
+    if PIXEL_TILE is not None:
+        return min(PIXEL_TILE[0], geo.Mg), PIXEL_TILE[1]
+    if vw >= 16 and geo.P >= PIXEL_WIDE_MIN and geo.Mg >= 24:
+        # 6 x 4: 10 loads per 24 fma instead of 8 x 2's 10 per 16; on large maps (ResNet's 112x112 and
+        # 56x56) 4-9% faster in the model, on 28x28 ones with a residual 3% slower (measured on a Xeon)
+        return 6, 4
+    return choose_tile(geo.Mg, vw)
+
+
 def _pack_gemm_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     """Weights as [group][m-block][k][MR] (rows past Mg zero): one tile reads them front to back."""
-    mr, _ = choose_tile(geo.Mg, vw)
+    mr, _ = _pixel_tile(geo, vw)
     kg = geo.Cg * geo.KHKW
     mblocks = math.ceil(geo.Mg / mr)
     wg = np.zeros((geo.group, mblocks * mr, kg), np.float32)
@@ -386,8 +427,31 @@ def _cost_range(b: ir.IRBuilder, tid, nthreads, *, images: int, panels: int, edg
     return unit(pos_lo), unit(pos_hi)
 
 
+# A direct 1x1 conv's pixel panel (kc rows of NR floats, one per input plane) is copied into a contiguous
+# scratch panel before its row blocks run: read in place, its rows lie a plane apart (3-12 KB), each on its
+# own page, and the panel does not stay in L1 across row blocks (measured, Xeon AVX-512, warm: ResNet-50's
+# 512 -> 128 on 28x28 116 -> 146 GFLOP/s; in the model its 64-plane 1x1 convs 1-3% faster).
+COPY_DIRECT = True
+# Software prefetches where the hardware prefetcher sees too many streams (switches for measurements).
+COPY_PREFETCH = True
+OUT_PREFETCH = True
+
+
+def _copy_rows(vx: VecIR, src, stride: int, buf, nr: int, rows, nvec: int, masks) -> None:
+    """buf[k][0 : nvec * VW] = src[k * stride + ...] for k < rows (masked lanes become zeros)."""
+    lp = Loop(vx, "copy.k", 0, rows)
+    row = vx.gep(src, vx.off((lp.i, stride)), name="copy.src")
+    dst = vx.gep(buf, vx.off((lp.i, nr)), name="copy.dst")
+    for v in range(nvec):
+        vx.store(vx.load(vx.gep(row, v * vx.vw), masks[v], name="copy.v"), vx.gep(dst, v * vx.vw))
+    if COPY_PREFETCH:  # the same rows of the next panel: one stream per input plane, too many to track
+        for j in range(math.ceil(nr / 16)):
+            _prefetch(vx, vx.gep(row, nr + 16 * j))
+    lp.close()
+
+
 def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
-    mr, nv = choose_tile(geo.Mg, vw)
+    mr, nv = _pixel_tile(geo, vw)
     nr = nv * vw
     kg = geo.Cg * geo.KHKW
     mblocks, mfull = math.ceil(geo.Mg / mr), geo.Mg // mr
@@ -397,13 +461,15 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
     packed = _pack_gemm_conv(geo, w, bias, vw)
 
     direct = geo.direct
+    copy = direct and COPY_DIRECT
     phases = None
     if direct or geo.shift:
         cc = chunk_channels(geo.Cg, geo.KHKW, nr, mblocks * mr)
     else:
         phases, cc = _PhasePlanes.for_panels(geo, nr, mblocks * mr)
     panel_floats = cc * geo.KHKW * nr
-    scratch_bytes = 0 if direct else (panel_floats + (cc * phases.channel if phases else 0)) * 4 + 64
+    in_place = direct and not copy
+    scratch_bytes = 0 if in_place else (panel_floats + (cc * phases.channel if phases else 0)) * 4 + 64
 
     fn = kernel_function(module, name, len(packed))
     out_p, x_p, res_p, scratch_p, w_p, bias_p = fn.args[:6]
@@ -411,7 +477,7 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     vx = VecIR(module, b, vw)
     buf = planes = None
-    if not direct:
+    if not in_place:
         raw = b.ptrtoint(scratch_p, I64, name="scratch.addr")
         up = b.add(raw, ir.Constant(I64, 63), name="scratch.up")
         buf = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="panel.buf")
@@ -455,7 +521,11 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
 
             def run(nvec: int, last_lanes: int) -> None:
                 lane_masks = [None] * (nvec - 1) + [vx.lane_mask(last_lanes) if last_lanes else None]
-                if direct:
+                if copy:
+                    _copy_rows(vx, vx.gep(x_img, vx.off((c0, geo.HW), p0), name="bdirect"), geo.HW, buf, nr, ncc,
+                               nvec, lane_masks)
+                    bptr, b_ks, b_masks = buf, nr, None
+                elif direct:
                     bptr, b_ks, b_masks = vx.gep(x_img, vx.off((c0, geo.HW), p0), name="bdirect"), geo.HW, lane_masks
                 elif phases:
                     _pack_phases(vx, geo, phases, buf, planes, ncc, p0, b.load(band_of, typ=I64), nr, nvec,
@@ -489,6 +559,16 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
                         return [vx.load(vx.gep(out_img, vx.off(orow[r], v * vw)), lane_masks[v], name="part")
                                 for r in range(rows) for v in range(nvec)]
 
+                    if OUT_PREFETCH:
+                        # this row block's outputs (and residuals) in the next panel: one stream per
+                        # output plane, too many for the hardware prefetcher; measured on ResNet-50's
+                        # residual 1x1 convs in the model: 0.70-0.82x the time
+                        for r in range(rows):
+                            for j in range(math.ceil(nr / 16)):
+                                at = vx.off(orow[r], nr + 16 * j)
+                                _prefetch(vx, vx.gep(out_img, at), write=True)
+                                if has_residual:
+                                    _prefetch(vx, vx.gep(res_img, at))
                     flat = choose(vx, first, from_bias, from_out)
                     init = [flat[r * nvec:(r + 1) * nvec] for r in range(rows)]
                     acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=wtile, a_rs=1, a_ks=mr, b_ptr=bptr,
@@ -522,7 +602,7 @@ CHANNEL_WEIGHT_BYTES = 512 * 1024
 def use_channel_vectors(geo: _Geometry, vw: int) -> bool:
     """Vectors over pixels waste lanes on small maps (7x7: 64 lanes for 49 pixels; 1x1: 16 for 1), and
     each of their panels streams all the weights: the channel path vectors over output channels and reads
-    each weight once, at the price of a scatter epilogue. It is taken where the pixel path wastes 10% more
+    each weight once, at the price of a transposing epilogue. It is taken where the pixel path wastes 10% more
     lanes, or wastes no fewer and the weights are too large to stay cached between pixel panels (measured
     on AVX-512 with cold caches, as in a model: 1.1-1.6x on 7x7 to 17x17 maps; with L2-sized weights and
     short reductions the scatters cost more than the streaming, 0.6x at 96 -> 576 on 14x14)."""
@@ -534,12 +614,38 @@ def use_channel_vectors(geo: _Geometry, vw: int) -> bool:
     return by_channels * 1.1 < by_pixels or (big_weights and by_channels <= by_pixels)
 
 
+CHANNEL_TILE = None  # (pixels, channel vectors): overrides the choice below, for measurements
+CHANNEL_PREFETCH = True
+TRANSPOSE_EPILOGUE = True
+
+
+def _transpose(vx: VecIR, rows: list) -> list:
+    """The VW x VW transpose of VW vectors (out[j][i] = rows[i][j]): log2(VW) rounds of two-source
+    shuffles, each swapping the off-diagonal h x h blocks of every 2h x 2h block."""
+    n, r, h = len(rows), list(rows), len(rows) // 2
+    while h:
+        lo = ir.Constant(ir.VectorType(I32, n), [j if not j & h else n + j - h for j in range(n)])
+        hi = ir.Constant(ir.VectorType(I32, n), [j + h if not j & h else n + j for j in range(n)])
+        for i in range(n):
+            if not i & h:
+                r[i], r[i + h] = (vx.b.shuffle_vector(r[i], r[i + h], lo, name="tr.lo"),
+                                  vx.b.shuffle_vector(r[i], r[i + h], hi, name="tr.hi"))
+        h //= 2
+    return r
+
+
 def _channel_tile(geo: _Geometry, vw: int) -> tuple[int, int]:
     """(pixels, channel vectors) per tile of the channel path; pixels <= 8 (the pixel buffer's row).
     AVX-512's 32 registers hold 6 x 4 accumulators: for direct 1x1 convs into 256+ channels that measured
     up to 1.35x over gemm's 7 x 2 (fewer loads per fma, a 64-channel panel); on packed pixels (strided 1x1,
     3x3) it was even or slower (more pixel blocks in the buffer)."""
+    if CHANNEL_TILE is not None:
+        return CHANNEL_TILE
     if vw >= 16 and geo.direct and geo.Mg >= 256 and geo.P >= 6:
+        # 7 x 3 where 7-pixel blocks waste fewer lanes (ResNet's 14x14 and 7x7 maps: no partial block;
+        # 6-pixel blocks leave a 4- or 1-pixel one); in ResNet-50, 1 thread, Xeon: ~1% faster
+        if math.ceil(geo.P / 7) * 7 < math.ceil(geo.P / 6) * 6:
+            return 7, 3
         return 6, 4
     return choose_tile(geo.P, vw)
 
@@ -547,6 +653,10 @@ def _channel_tile(geo: _Geometry, vw: int) -> tuple[int, int]:
 # The channel path's reduction chunk: one channel panel's weights (kc x NR) and the pixels of the whole
 # map for those kc rows, reused by every pixel block, should stay in L2 (1 MiB on Zen 4/5, 512 KiB on Zen 3).
 CHANNEL_CHUNK_SHARE = 8  # of L2_WEIGHT_BYTES
+# ... and the chunk of one channel panel's weights (kc x NR), which every pixel block of the panel streams
+# again, should stay in L1 beside the pixel rows (measured, Xeon: ResNet-50 at 1 thread 3-4% faster than
+# with only the L2 budget; 8-24 KiB all alike).
+CHANNEL_PANEL_BYTES = 16 * 1024
 
 
 # Threads split the channel path's units by channel panels (pixel blocks innermost: a thread reads only its
@@ -564,7 +674,8 @@ def _split_by_pixels(geo: _Geometry, pix_floats: int, weight_floats: int) -> boo
 def _channel_chunk(geo: _Geometry, nr: int, pix_floats: int) -> int:
     """Channels per reduction chunk of the channel path, balanced; pix_floats: pixel floats per k row."""
     per_channel = geo.KHKW * (nr + pix_floats) * 4
-    cc = max(1, min(geo.Cg, L2_WEIGHT_BYTES // CHANNEL_CHUNK_SHARE // per_channel))
+    cc = max(1, min(geo.Cg, L2_WEIGHT_BYTES // CHANNEL_CHUNK_SHARE // per_channel,
+                    CHANNEL_PANEL_BYTES // (geo.KHKW * nr * 4)))
     return math.ceil(geo.Cg / math.ceil(geo.Cg / cc))
 
 
@@ -572,7 +683,9 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                        vw) -> KernelInfo:
     """The transposed blocking for small maps: a tile is (a few output pixels) x (NV vectors of output
     channels); the pixels' input values are broadcast, the weights ([group][channel panel][k][NR]) are the
-    vectors, and the epilogue scatters each vector down a column of NCHW. Work units are (image and group,
+    vectors; the last chunk's tiles of a panel are kept in scratch as [pixel][channel] and written out per
+    VW pixels x VW channels through a register transpose (rows of NCHW: no scatters, and residuals read as
+    rows). Work units are (image and group,
     channel panel, pixel block) with pixel blocks innermost, so a channel panel's weights are read from
     memory once and reused from cache by every pixel block (the weights of these layers are far larger than
     their maps); without the 1x1 direct read, a thread packs the pixels of a reduction chunk once per image
@@ -598,7 +711,11 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
     block_floats = cc * geo.KHKW * pix_stride  # one pixel block's rows of a chunk
     pbuf_floats = 0 if direct else pblocks * block_floats
     cbuf_floats = units * pr * nr if chunks > 1 else 0
-    scratch_bytes = (pbuf_floats + cbuf_floats) * 4 + 64 if pbuf_floats + cbuf_floats else 0
+    transposed = TRANSPOSE_EPILOGUE and not by_pixels
+    # the finished tiles of a panel, [pixel][NR] (VW rows of slack: a transposed block reads whole vectors)
+    tbuf_floats = (geo.P + vw) * nr if transposed else 0
+    scratch_floats = pbuf_floats + cbuf_floats + tbuf_floats
+    scratch_bytes = scratch_floats * 4 + 64 if scratch_floats else 0
 
     fn = kernel_function(module, name, len(packed))
     out_p, x_p, res_p, scratch_p, w_p, bias_p = fn.args[:6]
@@ -613,6 +730,7 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
         base = b.inttoptr(b.and_(up, ir.Constant(I64, ~63), name="scratch.al"), PTR, name="scratch.base")
         pbuf = base
         cbuf = vx.gep(base, pbuf_floats, name="partials")
+        tbuf = vx.gep(cbuf, cbuf_floats, name="finished")
     # image-group whose pixels pbuf holds (split by channel panels: every pixel block of it)
     packed_for = None if direct or by_pixels else b.alloca(I64, name="packed.for")
     lo, hi = U.thread_range(vx.b, units, tid, nthreads, "unit")
@@ -676,15 +794,35 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                                   lambda: [vx.load(vx.gep(cb, r * nr + v * vw), name="part")
                                            for r in range(rows) for v in range(nvec)])
                     init = [flat[r * nvec:(r + 1) * nvec] for r in range(rows)]
-                    acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=aptr, a_rs=1, a_ks=a_ks, b_ptr=wtile,
-                                    b_ks=nr, init=init, name="convc")
+                    if CHANNEL_PREFETCH:
+                        # the next channel panel's chunk of weights (kc rows of `lines` lines), one line per
+                        # k step spread over this panel's first pixel blocks: line (pb mod lines) * kc + k.
+                        # Streamed by the first pixel block alone they stall it (measured in ResNet-50 on a
+                        # Xeon: its 7x7 1x1 convs take 0.71-0.86x the time)
+                        lines = math.ceil(nr / 16)
+                        kcl = ir.Constant(I64, kc) if isinstance(kc, int) else kc
+                        line = b.mul(b.urem(pb, ir.Constant(I64, lines)), kcl, name="pf.line")
+                        pf = vx.gep(wtile, vx.off((line, 16), kg * nr), name="pf")
+                        acc = _tile_prefetching(vx, mr=rows, nv=nvec, kc=kc, a_ptr=aptr, a_rs=1, a_ks=a_ks, b_ptr=wtile,
+                                                b_ks=nr, init=init, pf_ptr=pf, pf_ks=16, name="convc")
+                    else:
+                        acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=aptr, a_rs=1, a_ks=a_ks, b_ptr=wtile,
+                                        b_ks=nr, init=init, name="convc")
 
                     def keep_partials() -> None:
                         for r in range(rows):
                             for v in range(nvec):
                                 vx.store(acc[r][v], vx.gep(cb, r * nr + v * vw))
 
-                    when(vx, last, lambda: finish(q0, masks, acc, nvec, rows), keep_partials)
+                    def keep_finished() -> None:
+                        for r in range(rows):
+                            for v in range(nvec):
+                                vx.store(acc[r][v], vx.gep(tbuf, vx.off((vx.off(q0, r), nr), v * vw)))
+
+                    if transposed:
+                        when(vx, last, keep_finished, keep_partials)
+                    else:
+                        when(vx, last, lambda: finish(q0, masks, acc, nvec, rows), keep_partials)
 
                 def finish(q0, masks, acc, nvec: int, rows: int) -> None:
                     brow = vx.gep(bias_p, vx.off((g, mpanels * nr), m0), name="brow")
@@ -705,6 +843,32 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                             vx.scatter(val, vx.ptrs(vx.gep(out_img, q), cols[v], name="outp"), masks[v])
 
                 block_loop(vx, lo=pb_lo, hi=pb_hi, blocks=pblocks, full=pfull, body=tile)
+                if transposed:
+                    when(vx, last, lambda: finish_transposed(pb_lo, pb_hi, nvec, lanes), lambda: None)
+
+            def finish_transposed(pb_lo, pb_hi, nvec: int, lanes: int) -> None:
+                """The panel's pixels [pb_lo * pr, min(pb_hi * pr, P)) from tbuf to out: per VW pixels and
+                vector of channels a VW x VW transpose, then bias, residual and activation on contiguous
+                rows of NCHW (no scatters, no gathers)."""
+                q_lo = b.mul(pb_lo, ir.Constant(I64, pr), name="t.qlo")
+                q_hi = imin(b, b.mul(pb_hi, ir.Constant(I64, pr)), ir.Constant(I64, geo.P), name="t.qhi")
+                n_q = b.sub(q_hi, q_lo, name="t.nq")
+                gl = Loop(vx, "t.grp", 0, b.udiv(vx.off(n_q, vw - 1), ir.Constant(I64, vw)))
+                q = b.add(q_lo, b.mul(gl.i, ir.Constant(I64, vw)), name="t.q")
+                left = b.trunc(b.sub(q_hi, q), I32, name="t.left")
+                pmask = b.icmp_signed("<", vx.iota, vx.splat(left), name="t.mask")
+                for v in range(nvec):
+                    cols = [vx.load(vx.gep(tbuf, vx.off((vx.off(q, i), nr), v * vw)), name="t.row") for i in range(vw)]
+                    for j, val in enumerate(_transpose(vx, cols)):
+                        if v == nvec - 1 and lanes and j >= lanes:
+                            break
+                        ch = vx.off(m0, v * vw + j)
+                        at = vx.off((ch, geo.P), q)
+                        val = vx.fadd(val, vx.load_splat(vx.gep(bias_p, vx.off((g, mpanels * nr), ch)), name="t.bias"))
+                        if has_residual:
+                            val = vx.fadd(val, vx.load(vx.gep(res_img, at), pmask, name="t.res"))
+                        vx.store(vx.activation(val, activation, params), vx.gep(out_img, at), pmask)
+                gl.close()
 
             full_or_edge_panel(b, mp, nfull=mpfull, edge=m_edge, nv=nv, vw=vw, run=run)
 
@@ -745,6 +909,12 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
 # small rationals next to 0, +-1 found none with a clearly smaller float32 error (best: the mirror
 # 0, 1, -1, -2, 1/2, max error 0.82x, rms 0.98x), so F(4x4)'s error is not a matter of points.
 WINOGRAD = True
+WINOGRAD_DILATED = True
+# A dilated conv takes Winograd only where it multiplies at most 1/WINO_DILATED_GAIN as often as the direct
+# kernel (tile slots counted in whole vectors): fcn_resnet50's d = 2 and 4 convs on 28x28 maps, 2.3-2.6x
+# fewer, run in 0.47-0.53x the time (Xeon); deeplabv3's d = 12 on 14x14, 2 x 2 sub-maps with one output
+# in four of every tile, 0.8x as many, took 2.3x the time.
+WINO_DILATED_GAIN = 2
 _WG = {
     2: np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]]),
     4: np.array([[1, 0, 0], [-1 / 3, -1 / 3, -1 / 3], [1 / 3, -1 / 3, 1 / 3], [1 / 15, 2 / 15, 4 / 15],
@@ -775,9 +945,19 @@ WINO_F2_MAX_PIXELS = 128 * 128
 
 
 def use_winograd(geo: _Geometry) -> bool:
-    """3x3, stride 1, dilation 1, ungrouped, with enough channels that the transforms amortize."""
-    return (WINOGRAD and geo.KH == geo.KW == 3 and geo.sh == geo.sw == 1 and geo.dh == geo.dw == 1
-            and geo.group == 1 and geo.Cg >= 16 and geo.M >= 16 and geo.OH >= 2 and geo.OW >= 2)
+    """3x3, stride 1, ungrouped, with enough channels that the transforms amortize. A dilation d (the same
+    both ways) splits the map into d x d interleaved sub-maps, each an undilated conv of its own (outputs
+    and inputs d apart): their tiles are the kernel's tiles, each sub-map at least 2 x 2."""
+    return (WINOGRAD and geo.KH == geo.KW == 3 and geo.sh == geo.sw == 1 and geo.dh == geo.dw
+            and (geo.dh == 1 or WINOGRAD_DILATED) and geo.group == 1 and geo.Cg >= 16 and geo.M >= 16
+            and math.ceil(geo.OH / geo.dh) >= 2 and math.ceil(geo.OW / geo.dw) >= 2)
+
+
+def _wino_tiles(geo: _Geometry, mh: int, mw: int) -> tuple[int, int, int]:
+    """(tile rows, tile columns) of one sub-map, and the tiles of all d x d sub-maps."""
+    d = geo.dh
+    th, tw = math.ceil(math.ceil(geo.OH / d) / mh), math.ceil(math.ceil(geo.OW / d) / mw)
+    return th, tw, d * d * th * tw
 
 
 def winograd_tile(geo: _Geometry, vw: int) -> tuple[int, int] | None:
@@ -792,15 +972,17 @@ def winograd_tile(geo: _Geometry, vw: int) -> tuple[int, int] | None:
     def lanes(t: int) -> int:
         return math.ceil(t / vw) * vw
 
-    f2_patches = lanes(math.ceil(geo.OH / 2) * math.ceil(geo.OW / 2)) * 16
+    f2_patches = lanes(_wino_tiles(geo, 2, 2)[2]) * 16
     panel = choose_tile(geo.M, vw)[1] * vw
     for mh, mw in WINOGRAD_TILES:
-        tiles = math.ceil(geo.OH / mh) * math.ceil(geo.OW / mw)
+        tiles = _wino_tiles(geo, mh, mw)[2]
         patches = (mh + 2) * (mw + 2)
         if (mh, mw) != (2, 2) and lanes(tiles) * patches >= f2_patches:
             continue
         if (mh, mw) == (2, 2) and geo.P > WINO_F2_MAX_PIXELS:
             continue
+        if geo.dh > 1 and lanes(tiles) * patches * WINO_DILATED_GAIN > geo.P * 9:
+            continue  # sub-maps too small for whole tiles: mostly empty tile slots
         streamed_once = WINO_STREAM_TILES <= tiles <= panel
         if (tiles >= WINO_MIN_TILE_VECTORS * vw or streamed_once
                 or patches * geo.Cg * geo.M * 4 <= WINO_CACHED_WEIGHTS):
@@ -882,8 +1064,8 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     mh, mw = winograd_tile(geo, vw)
     ah, aw = mh + 2, mw + 2
     T = ah * aw
-    th, tw = math.ceil(geo.OH / mh), math.ceil(geo.OW / mw)
-    tiles = th * tw
+    th, tw, tiles = _wino_tiles(geo, mh, mw)
+    d = geo.dh
     mr, nv = choose_tile(M, vw)
     nv = min(nv, math.ceil(tiles / vw))  # few tiles: a narrower panel keeps the T B panels dense (in L1)
     nr = nv * vw
@@ -922,22 +1104,30 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
             origin, tapmask, opix, outmask = [], [], [], []
             for v in range(nvec):
                 t = b.add(t0v, b.add(vx.iota, vx.iconst(v * vw)), name=f"tile{v}")
-                ty = b.udiv(t, vx.iconst(tw), name="ty")
-                tx = b.urem(t, vx.iconst(tw), name="tx")
-                oy = b.mul(ty, vx.iconst(mh), name="oy")
-                ox = b.mul(tx, vx.iconst(mw), name="ox")
+                if d == 1:
+                    ty = b.udiv(t, vx.iconst(tw), name="ty")
+                    tx = b.urem(t, vx.iconst(tw), name="tx")
+                    oy = b.mul(ty, vx.iconst(mh), name="oy")
+                    ox = b.mul(tx, vx.iconst(mw), name="ox")
+                else:  # tile t of sub-map (a, c) = divmod(t // (th * tw), d): outputs and inputs d apart
+                    sub = b.udiv(t, vx.iconst(th * tw), name="sub")
+                    rem = b.urem(t, vx.iconst(th * tw), name="subtile")
+                    oy = b.add(b.udiv(sub, vx.iconst(d)), b.mul(b.udiv(rem, vx.iconst(tw)), vx.iconst(d * mh)),
+                               name="oy")
+                    ox = b.add(b.urem(sub, vx.iconst(d)), b.mul(b.urem(rem, vx.iconst(tw)), vx.iconst(d * mw)),
+                               name="ox")
                 live = vx.lane_mask(last_lanes) if (last_lanes and v == nvec - 1) else None
-                oky = [b.icmp_unsigned("<", b.add(oy, vx.iconst(i - geo.pt)), vx.iconst(geo.H), name="oky")
+                oky = [b.icmp_unsigned("<", b.add(oy, vx.iconst(i * d - geo.pt)), vx.iconst(geo.H), name="oky")
                        for i in range(ah)]
-                okx = [b.icmp_unsigned("<", b.add(ox, vx.iconst(j - geo.pl)), vx.iconst(geo.W), name="okx")
+                okx = [b.icmp_unsigned("<", b.add(ox, vx.iconst(j * d - geo.pl)), vx.iconst(geo.W), name="okx")
                        for j in range(aw)]
                 if live is not None:
                     oky = [b.and_(ok, live, name="inpanel") for ok in oky]
                 tapmask.append([b.and_(oky[i], okx[j], name="inimg") for i in range(ah) for j in range(aw)])
                 origin.append(b.add(b.mul(oy, vx.iconst(geo.W)), ox, name="pidx"))
-                oka = [b.icmp_unsigned("<", b.add(oy, vx.iconst(r)), vx.iconst(geo.OH), name="oka")
+                oka = [b.icmp_unsigned("<", b.add(oy, vx.iconst(r * d)), vx.iconst(geo.OH), name="oka")
                        for r in range(mh)]
-                okc = [b.icmp_unsigned("<", b.add(ox, vx.iconst(c_)), vx.iconst(geo.OW), name="okc")
+                okc = [b.icmp_unsigned("<", b.add(ox, vx.iconst(c_ * d)), vx.iconst(geo.OW), name="okc")
                        for c_ in range(mw)]
                 if live is not None:
                     oka = [b.and_(ok, live, name="inpanel") for ok in oka]
@@ -948,9 +1138,9 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
             lp = Loop(vx, "wino.c", 0, C)
             plane = vx.gep(x_img, vx.off((lp.i, geo.HW)), name="plane")
             for v in range(nvec):
-                d = [[vx.gather(vx.gep(plane, (i - geo.pt) * geo.W + j - geo.pl), origin[v], tapmask[v][aw * i + j],
-                                name=f"d{i}{j}") for j in range(aw)] for i in range(ah)]
-                for xi, val in enumerate(_wino_input(vx, d, ah, aw)):
+                pat = [[vx.gather(vx.gep(plane, (i * d - geo.pt) * geo.W + j * d - geo.pl), origin[v],
+                                  tapmask[v][aw * i + j], name=f"d{i}{j}") for j in range(aw)] for i in range(ah)]
+                for xi, val in enumerate(_wino_input(vx, pat, ah, aw)):
                     vx.store(val, vx.gep(vbuf, vx.off((lp.i, nr), xi * C * nr + v * vw)))
             lp.close()
 
@@ -978,7 +1168,7 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
                 for v in range(nvec):
                     mv = [vx.load(vx.gep(mrow, xi * mr * nr + v * vw), name="mv") for xi in range(T)]
                     for k, y in enumerate(_wino_output(vx, mv, ah, aw)):
-                        shift = (k // mw) * geo.OW + k % mw
+                        shift = (k // mw) * d * geo.OW + (k % mw) * d
                         ok = outmask[v][k]
                         val = vx.fadd(y, bias_v)
                         if has_residual:

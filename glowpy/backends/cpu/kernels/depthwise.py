@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 # Accumulator vectors per block (R x NV): 32 registers on AVX-512 leave room for loads and weights,
 # 16 on AVX2.
 _ACC_BUDGET = {16: 8, 8: 6, 4: 6}
+ALIGN_ROWS = True
 
 
 def use_direct(geo: _Geometry, vw: int) -> bool:
@@ -72,6 +73,14 @@ class _Plan:
         # A phase row holds every stored column (the copy writes whole vectors) and every loaded one.
         self.wq = max(math.ceil(wp / s), (geo.pl + s - 1) // s + self.nchunks * vw,
                       self.ncv * vw + (geo.KW - 1) * geo.dw // s)
+        # Each phase's columns start `lead` floats into its row so that the copy's stores and rows are
+        # vector-aligned (unaligned, every 64-byte store splits two cache lines: measured on a Xeon, the
+        # copy took 2/3 of MobileNet-v2's 96 x 112 x 112 stride-2 depthwise conv).
+        self.lead = [0] * s
+        if ALIGN_ROWS:
+            for r in range(s):
+                self.lead[(geo.pl + r) % s] = -((geo.pl + r) // s) % vw
+            self.wq = math.ceil((self.wq + max(self.lead)) / vw) * vw
         self.phase = self.hp * self.wq
         self.floats = math.ceil(s * self.phase / vw) * vw
         self.nv = 2 if self.ncv >= 2 else 1
@@ -82,7 +91,7 @@ class _Plan:
         if s == 1 and geo.sh == 1 and not has_residual and 2 * geo.OW <= vw:
             self.nq = math.ceil(geo.OH * wp / vw)
             if self.nq <= _ACC_BUDGET[vw]:
-                self.flat, self.wq = True, wp
+                self.flat, self.wq, self.lead = True, wp, [0] * s
                 self.phase = self.hp * wp
                 reach = self.nq * vw + (geo.KH - 1) * geo.dh * wp + (geo.KW - 1) * geo.dw
                 spill = (geo.pt + geo.H - 1) * wp + geo.pl + self.nchunks * vw
@@ -182,7 +191,7 @@ def _copy_plane(vx: VecIR, geo: _Geometry, plan: _Plan, x_plane, scr) -> None:
         for r in range(s):  # input columns x0 + s*k + r -> phase (pl + r) % s, column (pl + r) // s + x0 / s
             val = vecs[0] if s == 1 else _phase_lanes(vx, vecs, r, s)
             q, j = (geo.pl + r) % s, (geo.pl + r) // s
-            dst = vx.gep(dst_row, vx.off((k, vw), q * plan.phase + j), name="dst")
+            dst = vx.gep(dst_row, vx.off((k, vw), q * plan.phase + j + plan.lead[q]), name="dst")
             vx.store(val, dst)
 
     if full:
@@ -250,7 +259,7 @@ def _block(ctx: _Plane, oh0, ow0, rows: int, nvec: int, tail: int) -> None:
             for kw in range(geo.KW):
                 q, jo = (kw * geo.dw) % s, (kw * geo.dw) // s
                 for v in range(nvec):
-                    at = ci * plan.floats + d * plan.wq + q * plan.phase + jo + v * vw
+                    at = ci * plan.floats + d * plan.wq + q * plan.phase + plan.lead[q] + jo + v * vw
                     x = vx.load(vx.gep(row0, at), name=f"x{d}_{kw}")
                     for r, kh in by_row[d]:
                         acc[r][v] = vx.fma(weights[ci][kh][kw], x, acc[r][v])

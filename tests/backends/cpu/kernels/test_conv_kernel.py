@@ -64,6 +64,9 @@ CONFIGS = {
     "batch2_wino": ((2, 16, 9, 9), (20, 16, 3, 3), dict(pads=(1, 1, 1, 1))),
     "chanvec_3x3s2_asym": ((1, 24, 9, 9), (48, 24, 3, 3), dict(strides=(2, 2), pads=(1, 0, 1, 2))),
     "direct_chunked": ((1, 400, 9, 9), (40, 400, 1, 1), {}),
+    "direct_copied_edge": ((1, 72, 19, 19), (24, 72, 1, 1), {}),
+    # a large map: 6 x 4 tiles at 16 lanes (3420 pixels: a 28-pixel edge panel; 28 rows: a 4-row edge block)
+    "wide_3x3s2_edges": ((1, 5, 120, 114), (28, 5, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),
 }
 
 
@@ -97,7 +100,8 @@ def _run_and_check(x_shape, w_shape, attrs, *, activation="relu", params=(), res
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_conv_configs(name: str) -> None:
     x_shape, w_shape, attrs = CONFIGS[name]
-    _run_and_check(x_shape, w_shape, attrs, residual=name.endswith(("_56", "_7x7", "dw", "g4", "2_3x3", "chunked", "batch2", "asym")))
+    _run_and_check(x_shape, w_shape, attrs, residual=name.endswith(("_56", "_7x7", "dw", "g4", "2_3x3", "chunked", "batch2", "asym",
+                                                                    "edges")))
 
 
 @pytest.mark.parametrize("name", ["resnet_3x3_28", "resnet_conv1_7x7s2", "squeeze_1x1_M1000", "direct_chunked",
@@ -136,6 +140,10 @@ WINO = {
     "tiles_33": ((1, 16, 11, 12), (17, 16, 3, 3), dict(pads=(1, 1, 1, 1))),
     "tiny_2x2_out": ((1, 32, 4, 4), (16, 32, 3, 3), {}),
     "batch2": ((2, 20, 7, 7), (40, 20, 3, 3), dict(pads=(1, 1, 1, 1))),
+    # dilated: d x d interleaved sub-maps of unequal sizes (13 = 7 + 6 rows at d = 2), padding d or none
+    "dilated2_odd": ((1, 16, 13, 14), (20, 16, 3, 3), dict(pads=(2, 2, 2, 2), dilations=(2, 2))),
+    "dilated3_valid": ((1, 18, 17, 16), (16, 18, 3, 3), dict(dilations=(3, 3))),
+    "dilated4_batch2": ((2, 16, 12, 12), (24, 16, 3, 3), dict(pads=(4, 4, 4, 4), dilations=(4, 4))),
 }
 
 
@@ -144,7 +152,7 @@ def test_winograd_shapes(name: str) -> None:
     from glowpy.backends.cpu.kernels.conv import _Geometry, use_winograd
 
     x_shape, w_shape, attrs = WINO[name]
-    geo = _Geometry(x_shape, w_shape, (1, 1), attrs.get("pads", (0, 0, 0, 0)), (1, 1), 1)
+    geo = _Geometry(x_shape, w_shape, (1, 1), attrs.get("pads", (0, 0, 0, 0)), attrs.get("dilations", (1, 1)), 1)
     assert use_winograd(geo)
     _run_and_check(x_shape, w_shape, attrs, residual=True, activation="leaky_relu", params=(0.2,))
 
@@ -157,9 +165,9 @@ def test_winograd_activations(activation: str, params) -> None:
 
 
 @pytest.mark.parametrize("vector_width", [8, 4])
-def test_winograd_narrow_vectors(vector_width: int) -> None:
-    _run_and_check(*WINO["tiles_33"][:2], WINO["tiles_33"][2], residual=True, threads=(1, 3),
-                   vector_width=vector_width)
+@pytest.mark.parametrize("name", ["tiles_33", "dilated2_odd"])
+def test_winograd_narrow_vectors(name: str, vector_width: int) -> None:
+    _run_and_check(*WINO[name][:2], WINO[name][2], residual=True, threads=(1, 3), vector_width=vector_width)
 
 
 ACTS = [("none", ()), ("relu", ()), ("clip", (-0.5, 0.7)), ("leaky_relu", (0.1,)), ("sigmoid", ()), ("tanh", ())]

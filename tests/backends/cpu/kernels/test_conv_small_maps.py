@@ -33,9 +33,11 @@ def test_small_map_selection(x_shape, w_shape, kind: str, vw: int) -> None:
 
 
 def test_channel_tile_by_width() -> None:
-    """AVX-512 direct 1x1 convs into 256+ channels take 6 pixels x 4 vectors; AVX2 stays in 16 registers."""
+    """AVX-512 direct 1x1 convs into 256+ channels take 6 pixels x 4 vectors, or 7 x 3 where 7-pixel blocks
+    pad fewer pixels; AVX2 stays in 16 registers."""
     geo = _geometry((1, 512, 7, 7), (2048, 512, 1, 1), {})
-    assert conv._channel_tile(geo, 16) == (6, 4)
+    assert conv._channel_tile(geo, 16) == (7, 3)
+    assert conv._channel_tile(_geometry((1, 512, 10, 10), (2048, 512, 1, 1), {}), 16) == (6, 4)
     pr, nv = conv._channel_tile(geo, 8)
     assert pr * nv + nv + 1 <= 16
     strided = _geometry((1, 512, 14, 14), (2048, 512, 1, 1), dict(strides=(2, 2)))
@@ -44,8 +46,11 @@ def test_channel_tile_by_width() -> None:
 
 # id: (x_shape, w_shape, attrs); every one runs on the channel path (asserted)
 CHANNEL_CASES = {
-    # 6x4 tile: 49 pixels = 8 blocks + a 1-pixel edge, 300 channels = 4 panels + a 44-channel masked edge
-    "direct_6x4_edges": ((1, 64, 7, 7), (300, 64, 1, 1), {}),
+    # 7x3 tile: 49 pixels = 7 blocks, 300 channels = 6 panels + a 12-channel masked edge
+    "direct_7x3_edges": ((1, 64, 7, 7), (300, 64, 1, 1), {}),
+    # 6x4 tile: 100 pixels = 16 blocks + a 4-pixel edge, 300 channels = 4 panels + a 44-channel masked edge
+    # (weights past CHANNEL_WEIGHT_BYTES: the channel path at 8 lanes too)
+    "direct_6x4_edges": ((1, 448, 10, 10), (300, 448, 1, 1), {}),
     "direct_6x4_batch2": ((2, 40, 5, 5), (260, 40, 1, 1), {}),
     # packed pixels of every block: 3x3 on 6x6, groups and batch (the buffer is repacked per image and group)
     "packed_3x3_groups_batch2": ((2, 32, 6, 6), (280, 16, 3, 3), dict(group=2, pads=(1, 1, 1, 1))),
