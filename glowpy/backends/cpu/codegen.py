@@ -15,7 +15,7 @@ runs, joined by `glowpy_release(arena)`), and every thread runs `glowpy.worker(s
 passes every step in order and claims its chunks (threads.py): a split kernel's nthreads chunks, each
 run as (chunk, nthreads), or a serial kernel's one, run as (0, 1) by whichever thread takes it. Before
 its chunks a step waits for the earlier steps whose memory overlaps its own (one writes what the other
-reads or writes: buffers, scratch) and that no earlier wait covered, so independent steps (SqueezeNet's
+reads or writes: buffers, a serial step's scratch; a split step's scratch is each thread's own block) and that no earlier wait covered, so independent steps (SqueezeNet's
 two expand convs, BERT's Q, K and V projections) follow each other without one, and a late thread's
 chunks are taken by the others instead of waited for; thread 0 ends the run by waiting for the steps
 still pending (`Program.waits`). A thread that fails to start is simply not counted: work is split over
@@ -66,6 +66,7 @@ from glowpy.limits import check_bytes
 
 ENTRY = "glowpy_run"
 PROFILE_KEY = ("profile",)
+THREAD_SCRATCH_KEY = ("scratch", "threads")  # the split steps' per-thread scratch blocks
 
 
 @dataclass(eq=False)
@@ -242,12 +243,18 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
         if st.kind == "arena" and id(st) not in seen:
             seen.add(id(st))
             intervals.append(Interval(("buf", id(st)), st.nbytes, st.first, max(st.last, st.first)))
+    # Scratch: a split step's per-thread blocks all live in one area of a block per thread, kept for the
+    # whole run (a thread runs one chunk at a time, so its block is never shared and never makes one step
+    # wait for another); any other step's scratch is its own interval, live during the step.
     scratch_key: dict[int, tuple] = {}
+    thread_block = max((align_up(s.scratch) for s in steps if s.scratch_per_thread and s.scratch), default=0)
     for k, s in enumerate(steps):
         if s.scratch and any(a.kind == "scratch" for a in s.args):
-            key = ("scratch", k)
-            scratch_key[k] = key
-            intervals.append(Interval(key, align_up(s.scratch) * (nthreads if s.scratch_per_thread else 1), k, k))
+            scratch_key[k] = THREAD_SCRATCH_KEY if s.scratch_per_thread else ("scratch", k)
+            if not s.scratch_per_thread:
+                intervals.append(Interval(("scratch", k), align_up(s.scratch), k, k))
+    if THREAD_SCRATCH_KEY in scratch_key.values():
+        intervals.append(Interval(THREAD_SCRATCH_KEY, thread_block * nthreads, 0, max(len(steps) - 1, 0)))
     if profile:  # the stamps, kept for the whole run
         intervals.append(Interval(PROFILE_KEY, profile_bytes(len(steps), nthreads), 0, max(len(steps) - 1, 0)))
     # cooperative steps' words in the pool, by step
@@ -279,8 +286,8 @@ def build(graph: Graph, target: HostTarget, *, nthreads: int = 1, fast_kernels: 
                 array_offset[a.index] = len(weights)
                 weights.append(low.arrays[a.index])
     size = sum(w.nbytes for w in weights)
-    waits = _emit_entry(module, target, steps, binder, plan, array_offset, scratch_key, coop, nthreads, threaded,
-                        profile)
+    waits = _emit_entry(module, target, steps, binder, plan, array_offset, scratch_key, thread_block, coop, nthreads,
+                        threaded, profile)
     return Program(module, steps, weights, size, plan.size, nthreads, threaded, plan, intervals, binder.of,
                    low.used_fast, plan.offsets.get(PROFILE_KEY, -1), waits, low.kernel_defs, low.kernel_decls)
 
@@ -321,17 +328,18 @@ def _emit_now(module: ir.Module, clock: str) -> ir.Function:
 Region = tuple[str, int, int, int]  # (kind: arena | input | output, index, first byte, end byte)
 
 
-def step_regions(s: Step, k: int, binder: Binder, plan: Plan, scratch_key: dict[int, tuple],
-                 nthreads: int) -> tuple[list[Region], list[Region]]:
-    """The memory step k reads and writes (its scratch counts as written; weights are never written)."""
+def step_regions(s: Step, k: int, binder: Binder, plan: Plan, scratch_key: dict[int, tuple]
+                 ) -> tuple[list[Region], list[Region]]:
+    """The memory step k reads and writes (its scratch counts as written, unless it is the running thread's
+    own block; weights are never written)."""
     reads: list[Region] = []
     writes: list[Region] = []
     for a in s.args:
         if a.kind == "output":
             writes.append(("output", a.index, 0, 1))
-        elif a.kind == "scratch" and k in scratch_key:
-            at = plan.offsets[scratch_key[k]]
-            writes.append(("arena", 0, at, at + align_up(s.scratch) * (nthreads if s.scratch_per_thread else 1)))
+        elif a.kind == "scratch" and k in scratch_key and scratch_key[k] != THREAD_SCRATCH_KEY:
+            at = plan.offsets[scratch_key[k]]  # a thread's own block conflicts with no other thread's step
+            writes.append(("arena", 0, at, at + align_up(s.scratch)))
     for v, into in [(a.value, writes if a.value in s.writes else reads) for a in s.args if a.kind == "value"] + (
             [(s.guard[0], reads)] if s.guard else []):
         st = binder.storage(v)
@@ -364,10 +372,11 @@ def _guarded(b: ir.IRBuilder, s: Step, k: int, pointer: Callable[[Arg, int, Step
 
 
 def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder: Binder, plan: Plan,
-                array_offset: dict[int, int], scratch_key: dict[int, tuple], coop: dict[int, int], nthreads: int,
-                threaded: bool, profile: str = "") -> dict[int, list[int]]:
-    """Emits the worker and the entry; returns the waits of a threaded program (Program.waits). `coop`:
-    the cooperative steps' indices among the pool's blocks of their words."""
+                array_offset: dict[int, int], scratch_key: dict[int, tuple], thread_block: int, coop: dict[int, int],
+                nthreads: int, threaded: bool, profile: str = "") -> dict[int, list[int]]:
+    """Emits the worker and the entry; returns the waits of a threaded program (Program.waits).
+    `thread_block`: bytes of each thread's scratch block; `coop`: the cooperative steps' indices among
+    the pool's blocks of their words."""
     pool_ty = pool_type(nthreads, len(steps), len(coop), target.data_layout) if threaded else None
     worker = ir.Function(module, ir.FunctionType(U.VOID, [SHARED.as_pointer(), U.I32]), name="glowpy.worker")
     worker.linkage = "internal"
@@ -406,8 +415,8 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
             if k not in scratch_key:  # the kernel asked for no scratch
                 return ir.Constant(U.I8P, None)
             off = b.gep(arena, [U.i64(plan.offsets[scratch_key[k]])], inbounds=True)
-            if step.scratch_per_thread:
-                off = b.gep(off, [b.mul(b.sext(tid, U.I64), U.i64(align_up(step.scratch)))], inbounds=True)
+            if scratch_key[k] == THREAD_SCRATCH_KEY:
+                off = b.gep(off, [b.mul(b.sext(tid, U.I64), U.i64(thread_block))], inbounds=True)
             return off
         if a.kind == "sync":
             if k not in coop:  # unthreaded: the kernel runs as one chunk and never synchronizes
@@ -478,7 +487,7 @@ def _emit_entry(module: ir.Module, target: HostTarget, steps: list[Step], binder
         if not threaded:
             call(k, s, call_args, (U.i32(0), U.i32(1)))
             continue
-        reads, writes = step_regions(s, k, binder, plan, scratch_key, nthreads)
+        reads, writes = step_regions(s, k, binder, plan, scratch_key)
         on = [j for j, pr, pw in pending if _conflict(reads, writes, pr, pw)]
         if on:
             wait_for(k, on)

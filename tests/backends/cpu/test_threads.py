@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import re
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import glowpy
 import glowpy.backends.cpu.lowering as lowering
-from glowpy.backends.cpu import CpuBackend, codegen, host_target, resolve_threads, threads
+from glowpy.backends.cpu import CpuBackend, codegen, host_target, memory, resolve_threads, threads
 from glowpy.errors import UnsupportedAttribute
 from glowpy.ir.graph import Graph
 from glowpy.ir.types import TensorType
@@ -192,26 +193,34 @@ def test_independent_steps_follow_each_other_without_a_barrier() -> None:
         assert got.tobytes() == ref.tobytes(), "avx2: 3 threads differ from 1"
 
 
-def test_a_step_writing_over_the_previous_steps_scratch_waits_for_it() -> None:
-    """c3 reads nothing c2 writes, but the arena places c3's output over c2's scratch (live only at c2's
-    step): threads still in c2 would see it overwritten, so c3 waits for c2."""
+def test_split_steps_scratch_is_each_threads_own_block() -> None:
+    """Split steps take their scratch from one area of a block per thread, live for the whole run: no
+    buffer is ever placed over it, and no step waits for another because of it (a thread runs one chunk
+    at a time, so its block is only ever its own)."""
     rng = np.random.default_rng(2)
     g = Graph("reuse")
     x = g.add_input("x", TensorType(np.float32, (1, 8, 32, 32)))
     c2 = _conv(g, _conv(g, x, 16, 3, "c1", rng), 16, 3, "c2", rng)
     c3 = _conv(g, x, 16, 3, "c3", rng)
     g.outputs = [g.add_node("Add", [c2, c3], name="add").outputs[0]]
-    order, prog = schedule(g, 2)
-    k2, k3 = ([s.nodes[0].name for s in prog.steps].index(n) for n in ("c2", "c3"))
-    scratch = prog.plan.offsets[("scratch", k2)]
-    out3 = prog.storage[id(c3)].offset
-    assert out3 < scratch + prog.steps[k2].scratch * 2 and scratch < out3 + c3.type.nbytes, \
-        "the test needs c3's output over c2's scratch"
-    assert order.index(k3) == order.index(k2) + 2 and order[order.index(k2) + 1] == ("wait", k2)
-    assert k2 in prog.waits[k3]
+    prog = codegen.build(g, host_target(), nthreads=2)
+    split = [s for s in prog.steps if s.parallel and s.scratch]
+    assert len(split) >= 3, "the test needs split steps with scratch"
+    block = max(memory.align_up(s.scratch) for s in split)
+    area = next(iv for iv in prog.intervals if iv.key == codegen.THREAD_SCRATCH_KEY)
+    at = prog.plan.offsets[area.key]
+    assert area.size == 2 * block and (area.first, area.last) == (0, len(prog.steps) - 1)
+    for iv in prog.intervals:
+        if iv.key != area.key:
+            o = prog.plan.offsets[iv.key]
+            assert o + iv.size <= at or at + area.size <= o, f"{iv.key} placed over the threads' scratch"
+    binder = SimpleNamespace(storage=lambda v: prog.storage[id(v)])
+    for k, s in enumerate(split):
+        _, writes = codegen.step_regions(s, k, binder, prog.plan, {k: codegen.THREAD_SCRATCH_KEY})
+        assert all(w[3] <= at or at + area.size <= w[2] for w in writes if w[0] == "arena")
     feeds = [rng.standard_normal((1, 8, 32, 32)).astype(np.float32)]
     got, want = run_both(g, feeds, threads=2)
-    assert_close(got, want, "scratch reuse, 2 threads")
+    assert_close(got, want, "per-thread scratch, 2 threads")
 
 
 def counters_at(prog: codegen.Program) -> slice:
