@@ -55,20 +55,20 @@ def kernel_function(module: ir.Module, name: str, n_packed: int) -> ir.Function:
     return fn
 
 
-def choose_tile(rows: int, vector_width: int, wide: bool = False) -> tuple[int, int]:
+def choose_tile(rows: int, vector_width: int, wide: bool = False, tall: bool = False) -> tuple[int, int]:
     """(MR, NV): rows per register block and vectors per row, fitting the register file.
 
     AVX-512 has 32 vector registers: 8 x 2 accumulators + 2 B vectors + a broadcast fit; AVX2/SSE have
     16, so 6 x 2. Tiny row counts take a wider block so enough independent fma chains hide latency.
-    wide (matrix products, AVX-512 only): 24 accumulators, 12 x 2, 8 x 3 or 6 x 4 (fewest padded rows,
-    MR <= rows): per k, 24 fma's against 2-4 B loads and 6-12 broadcasts instead of 16 against 10; with
-    two 512-bit fma units (Intel, Zen 5) a 16-accumulator block leaves them waiting on loads.
+    wide (matrix products, AVX-512 only): 24 accumulators, MR <= rows: per k, 24 fma's against 2-3 B
+    loads and 8-12 broadcasts instead of 16 against 10; with two 512-bit fma units (Intel, Zen 5) a
+    16-accumulator block leaves them waiting on loads. 8 x 3, or with `tall` 12 x 2, which reads B
+    once per 12 rows but A once per 32 columns (the caller's choice: batched.wide_tile).
     """
     if wide and vector_width >= 16:
         if rows <= 12:
             return rows, max(2, min(4, 24 // rows))
-        mr = min((12, 8, 6), key=lambda c: (math.ceil(rows / c) * c, -c))
-        return mr, 24 // mr
+        return (12, 2) if tall else (8, 3)
     if vector_width >= 16:
         cands, acc_regs = (8, 7, 6), 26
     else:
