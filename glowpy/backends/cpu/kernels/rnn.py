@@ -276,11 +276,11 @@ class _Kernel:
         """The chunks' share of the work: the sub-steps' shares of the one direction, or whole directions;
         then the last chunk to leave zeroes the sync words."""
         vx, b = self.vx, self.vx.b
-        claim, _, _ = emit_sync(vx.m, SYNC_PREFIX, COOP_LINE)
-        flags = _word(b, sync, COOP_LINE, "flags")
         if self.D == 1:
             run(0, chunks)
         else:  # a direction is claimed by the first chunk to try it, its own direction first
+            claim, _, _ = emit_sync(vx.m, SYNC_PREFIX, COOP_LINE)
+            flags = _word(b, sync, COOP_LINE, "flags")
             for i in range(self.D):
                 d = b.call(claim, [flags, U.i32(1), U.i32(self.D), b.urem(chunk, U.i32(self.D))], name=f"dir{i}")
                 for dd in range(self.D):
