@@ -30,7 +30,7 @@ from glowpy.backends.cpu.kernels import (
 )
 from glowpy.backends.cpu.kernels.attention import emit_attention
 from glowpy.backends.cpu.kernels.batched import emit_batched_gemm
-from glowpy.backends.cpu.kernels.conv import emit_conv2d
+from glowpy.backends.cpu.kernels.conv import emit_conv2d, splits_pixels, splits_rows
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
 from glowpy.backends.cpu.kernels.quant import KERNELS as QUANT_KERNELS
 from glowpy.backends.cpu.kernels.squeeze_excite import emit_squeeze_excite
@@ -79,6 +79,34 @@ def _temp(like: Value, name: str) -> Value:
     return Value(f"{like.name}.{name}", like.type, "node")
 
 
+def _conv_geometry(node: Node, vector_width: int) -> dict:
+    a = node.attrs
+    return dict(x_shape=node.inputs[0].shape, w_shape=node.inputs[1].shape, strides=a["strides"], pads=a["pads"],
+                dilations=a["dilations"], group=a["group"], vector_width=vector_width)
+
+
+def _split_like_neighbours(low: Lowering, node: Node, x: Value, epi: Epilogue) -> str:
+    """How a 2-D conv's threads should split its output (emit_conv2d's `split`) so that a neighbouring
+    conv reads what its own core wrote: a depthwise conv splits by pixels after a conv that splits by
+    pixels (the pixel path), where it can; a pixel-path conv whose only readers are depthwise convs that
+    split by planes splits by channels."""
+    if low.nthreads < 2 or not low.fast_kernels or x.type.rank != 4:
+        return ""
+    def rows(conv: Node) -> bool:
+        return conv.attrs["group"] > 1 and splits_rows(**_conv_geometry(conv, low.vector_width),
+                                                       has_residual=len(conv.inputs) > 3)
+
+    p = x.producer
+    if (p is not None and p.op == "Conv" and x is p.outputs[0] and p.inputs[1].type.rank == 4 and rows(node)
+            and splits_pixels(**_conv_geometry(p, low.vector_width))):
+        return "pixels"
+    users = epi.out.users
+    if users and all(u.op == "Conv" and u.inputs[0] is epi.out and u.attrs["group"] > 1 and u.inputs[1].type.rank == 4
+                     and not rows(u) for u in users):
+        return "channels"
+    return ""
+
+
 def _heavy_Conv(low: Lowering, node: Node, epi: Epilogue) -> None:
     x, wv, bv = node.inputs[0], node.inputs[1], node.inputs[2]
     out = epi.out
@@ -104,7 +132,8 @@ def _heavy_Conv(low: Lowering, node: Node, epi: Epilogue) -> None:
                                      strides=tuple(strides), pads=tuple(pads), dilations=tuple(dil),
                                      group=a["group"], activation=epi.activation,
                                      activation_params=tuple(epi.params), has_residual=epi.residual is not None,
-                                     vector_width=low.vector_width)
+                                     vector_width=low.vector_width,
+                                     split=_split_like_neighbours(low, node, x, epi))
                 low.used_fast.append(name)
             except (NotImplementedError, GlowpyError):
                 info = None

@@ -165,3 +165,58 @@ def test_wide_stems_stay_on_the_gemm() -> None:
 
     assert _kind(_Geometry((1, 3, 224, 224), (64, 3, 3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1), 16) != "depthwise"
     assert _kind(_Geometry((1, 3, 224, 224), (32, 3, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1), 16) == "depthwise"
+
+
+def _inverted_residual(hw: int, c: int = 8, expand: int = 6) -> tuple[Graph, dict]:
+    """MobileNet-v2's block: 1x1 expansion (pixel path) -> depthwise 3x3 -> 1x1 projection."""
+    rng = np.random.default_rng(7)
+    g = Graph("ir")
+    x = g.add_input("x", TensorType(F32, (1, c, hw, hw)))
+
+    def conv(name, inp, cout, cin, k, group):
+        w = g.add_constant(f"{name}.w", (rng.standard_normal((cout, cin // group, k, k)) / k).astype(F32))
+        b = g.add_constant(f"{name}.b", (rng.standard_normal(cout) * 0.1).astype(F32))
+        attrs = {"strides": (1, 1), "pads": (k // 2,) * 4, "dilations": (1, 1), "group": group,
+                 "activation": "relu", "activation_params": ()}
+        return g.add_node("Conv", [inp, w, b], attrs, name=name).outputs[0]
+
+    e = conv("expand", x, c * expand, c, 1, 1)
+    d = conv("dw", e, c * expand, c * expand, 3, c * expand)
+    g.outputs = [conv("project", d, c, c * expand, 1, 1)]
+    return g, {"x": rng.standard_normal((1, c, hw, hw)).astype(F32)}
+
+
+@pytest.mark.parametrize("hw,expand_split,dw_split", [(56, "", "pixels"), (14, "channels", "")])
+def test_neighbours_split_alike(hw: int, expand_split: str, dw_split: str) -> None:
+    """At 2 threads the depthwise conv after a pixel-path conv splits its rows on large maps (each band read
+    where it was written), and on small ones the pixel-path conv before it splits by channels (the
+    depthwise conv's planes); at 1 thread neither changes. Both against the interpreter."""
+    from glowpy.backends.cpu import select
+
+    g, feeds = _inverted_residual(hw)
+    expand, dw = g.nodes[0], g.nodes[1]
+
+    class Low:
+        nthreads, fast_kernels, vector_width = 2, True, VW
+
+    def split(node, nthreads=2):
+        Low.nthreads = nthreads
+        return select._split_like_neighbours(Low, node, node.inputs[0], select.Epilogue.of(node))
+
+    assert conv_kind(expand) == "pixel"
+    assert (split(expand), split(dw)) == (expand_split, dw_split)
+    assert (split(expand, 1), split(dw, 1)) == ("", "")
+    want = glowpy.compile(g, backend="interpreter", optimize=False).run(feeds)
+    for nt in (1, 2, 3):
+        got = glowpy.compile(g, backend="cpu", threads=nt, cache=False, optimize=False).run(feeds)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-4, err_msg=f"{hw}x{hw} threads={nt}")
+
+
+def conv_kind(node) -> str:
+    from glowpy.backends.cpu.kernels import conv
+
+    a = node.attrs
+    geo = conv._Geometry(node.inputs[0].shape, node.inputs[1].shape, a["strides"], a["pads"], a["dilations"],
+                         a["group"])
+    return conv._kind(geo, VW)

@@ -51,6 +51,7 @@ from glowpy.ir.ops.nn import conv_out_dim
 
 from .common import KernelInfo
 from .depthwise import _phase_lanes, emit_depthwise, pack_depthwise, use_direct
+from .depthwise import splits_rows as depthwise_splits_rows
 from .gemm import choose_tile, emit_tile, full_or_edge_panel, kernel_function
 
 
@@ -59,25 +60,6 @@ def _prefetch(vx: VecIR, ptr, write: bool = False) -> None:
     pf = vx.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
     vx.b.call(pf, [ptr, ir.Constant(I32, int(write)), ir.Constant(I32, 2), ir.Constant(I32, 1)])
 
-
-def _tile_prefetching(vx: VecIR, *, mr: int, nv: int, kc, a_ptr, a_rs: int, a_ks: int, b_ptr, b_ks: int,
-                      init: list[list], pf_ptr, pf_ks: int, name: str) -> list[list]:
-    """gemm.emit_tile (unmasked B, the same loop) whose k step also prefetches, into L2, the line at
-    pf_ptr + k * pf_ks floats: a stream the following tiles read (the next channel panel's weights),
-    fetched while this tile computes instead of in a burst when they start."""
-    lp = Loop(vx, f"{name}.k", 0, kc, carried=[a for row in init for a in row])
-    k = lp.i
-    acc = [lp.vals[r * nv:(r + 1) * nv] for r in range(mr)]
-    _prefetch(vx, vx.gep(pf_ptr, vx.off((k, pf_ks))))
-    bk = vx.gep(b_ptr, vx.off((k, b_ks)), name=f"{name}.bk")
-    bv = [vx.load(vx.gep(bk, v * vx.vw), name=f"{name}.b{v}") for v in range(nv)]
-    ak = vx.gep(a_ptr, vx.off((k, a_ks)), name=f"{name}.ak")
-    new = []
-    for r in range(mr):
-        a = vx.load_splat(vx.gep(ak, r * a_rs), name=f"{name}.a{r}")
-        new.extend(vx.fma(a, bv[v], acc[r][v], name=f"{name}.c{r}_{v}") for v in range(nv))
-    out = lp.close(new)
-    return [out[r * nv:(r + 1) * nv] for r in range(mr)]
 
 # Reduction chunking: a panel's chunk of the vector operand (kc x NR floats) and the chunk of
 # weights (rows x kc) should stay cache-resident while the tiles pass over them. Measured on Zen 4
@@ -341,15 +323,38 @@ def _kind(geo: _Geometry, vw: int) -> str:
     return "pixel"
 
 
+def splits_pixels(*, x_shape, w_shape, strides, pads, dilations, group: int, vector_width: int) -> bool:
+    """Whether threads split this conv's output by pixels (the pixel path: each thread writes a range of
+    pixels of every channel) rather than by channels or planes (every other path)."""
+    return _kind(_Geometry(x_shape, w_shape, strides, pads, dilations, group), vector_width) == "pixel"
+
+
 def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: np.ndarray | None, strides, pads,
                 dilations, group: int, activation: str, activation_params, has_residual: bool,
-                vector_width: int) -> KernelInfo:
-    """2-D convolution kernel: out(N, M, OH, OW) = act(conv(x, w) + bias [+ residual])."""
+                vector_width: int, split: str = "") -> KernelInfo:
+    """2-D convolution kernel: out(N, M, OH, OW) = act(conv(x, w) + bias [+ residual]). `split` asks threads
+    to divide the output as a neighbouring step does, so that the data between them stays on the core that
+    wrote it: "pixels" (a depthwise conv: its rows, where splits_rows holds) or "channels" (the pixel path:
+    ranges of output channels over every pixel panel); other kernels split their own way."""
     activations.check(activation, activation_params)
     geo, w, bias = _prepare(x_shape, w, bias, strides, pads, dilations, group)
-    emit = {"depthwise": emit_depthwise, "winograd": _emit_winograd, "channel": _emit_channel_conv,
-            "pixel": _emit_gemm_conv}[_kind(geo, vector_width)]
+    kind = _kind(geo, vector_width)
+    if kind == "depthwise":
+        return emit_depthwise(module, name, geo, w, bias, activation, activation_params, has_residual, vector_width,
+                              split_rows=split == "pixels")
+    if kind == "pixel":
+        return _emit_gemm_conv(module, name, geo, w, bias, activation, activation_params, has_residual, vector_width,
+                               by_channels=split == "channels")
+    emit = {"winograd": _emit_winograd, "channel": _emit_channel_conv}[kind]
     return emit(module, name, geo, w, bias, activation, activation_params, has_residual, vector_width)
+
+
+def splits_rows(*, x_shape, w_shape, strides, pads, dilations, group: int, vector_width: int,
+                has_residual: bool) -> bool:
+    """Whether emit_conv2d splits this conv's rows when asked to split by pixels (a depthwise conv on a
+    large map)."""
+    geo = _Geometry(x_shape, w_shape, strides, pads, dilations, group)
+    return _kind(geo, vector_width) == "depthwise" and depthwise_splits_rows(geo, vector_width, has_residual)
 
 
 def pack_conv2d(*, x_shape, w: np.ndarray, bias: np.ndarray | None, strides, pads, dilations, group: int,
@@ -450,7 +455,11 @@ def _copy_rows(vx: VecIR, src, stride: int, buf, nr: int, rows, nvec: int, masks
     lp.close()
 
 
-def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
+def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw,
+                    by_channels: bool = False) -> KernelInfo:
+    """The pixel path. Threads split its units (image, pixel panel, row block of output channels) in
+    contiguous ranges, so each writes a range of pixels of every channel; by_channels: each takes a range
+    of row blocks over every pixel panel instead (and packs every panel)."""
     mr, nv = _pixel_tile(geo, vw)
     nr = nv * vw
     kg = geo.Cg * geo.KHKW
@@ -486,8 +495,11 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
         planes_of = b.alloca(I64, name="phase.img")  # the image (x group) the planes hold, -1: none
         band_of = b.alloca(I64, name="phase.band")  # and their band's first output row
 
-    lo, hi = _cost_range(b, tid, nthreads, images=geo.N * geo.group, panels=nblocks, mblocks=mblocks, full_cost=nv,
-                          edge_cost=math.ceil(p_edge / vw) if p_edge else nv)
+    if by_channels:
+        mb_lo, mb_hi = U.thread_range(b, mblocks, tid, nthreads, "mblocks")
+    else:
+        lo, hi = _cost_range(b, tid, nthreads, images=geo.N * geo.group, panels=nblocks, mblocks=mblocks,
+                             full_cost=nv, edge_cost=math.ceil(p_edge / vw) if p_edge else nv)
 
     def chunk(c0, ncc, first, last) -> None:
         """Channels [c0, c0 + ncc) of every panel and row block this thread owns. The first chunk starts
@@ -586,7 +598,13 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
 
             full_or_edge_panel(b, nb, nfull=nfull, edge=p_edge, nv=nv, vw=vw, run=run)
 
-        panel_walk(vx, lo=lo, hi=hi, mblocks=mblocks, body=do_panel)
+        if by_channels:
+            with b.if_then(b.icmp_signed("<", mb_lo, mb_hi)):
+                pl = Loop(vx, "panel", 0, geo.N * geo.group * nblocks)
+                do_panel(pl.i, mb_lo, mb_hi)
+                pl.close()
+        else:
+            panel_walk(vx, lo=lo, hi=hi, mblocks=mblocks, body=do_panel)
 
     chunk_loop(vx, geo.Cg, cc, chunk)
     b.ret_void()
@@ -616,6 +634,10 @@ def use_channel_vectors(geo: _Geometry, vw: int) -> bool:
 
 CHANNEL_TILE = None  # (pixels, channel vectors): overrides the choice below, for measurements
 CHANNEL_PREFETCH = True
+# A direct 1x1 conv's tile reads its pixels in place, one row segment per input channel: too many streams
+# for the hardware prefetcher, and at 2 threads half of them were written by the other core (a snoop each).
+# Every k step fetches the line X_PREFETCH floats ahead in its row (the next tiles' pixels).
+X_PREFETCH = 16
 TRANSPOSE_EPILOGUE = True
 
 
@@ -733,7 +755,11 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
         tbuf = vx.gep(cbuf, cbuf_floats, name="finished")
     # image-group whose pixels pbuf holds (split by channel panels: every pixel block of it)
     packed_for = None if direct or by_pixels else b.alloca(I64, name="packed.for")
-    lo, hi = U.thread_range(vx.b, units, tid, nthreads, "unit")
+    if by_pixels:
+        lo, hi = U.thread_range(vx.b, units, tid, nthreads, "unit")
+    else:  # a narrow last channel panel costs less (ResNet-50's 256 channels: 5 panels of 48 and one of 16)
+        lo, hi = _cost_range(b, tid, nthreads, images=geo.N * geo.group, panels=mpanels, mblocks=pblocks,
+                             full_cost=nv, edge_cost=math.ceil(m_edge / vw) if m_edge else nv)
     mpn = ir.Constant(I64, mpanels)
 
     def unit_of(outer, pb):
@@ -803,8 +829,9 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                         kcl = ir.Constant(I64, kc) if isinstance(kc, int) else kc
                         line = b.mul(b.urem(pb, ir.Constant(I64, lines)), kcl, name="pf.line")
                         pf = vx.gep(wtile, vx.off((line, 16), kg * nr), name="pf")
-                        acc = _tile_prefetching(vx, mr=rows, nv=nvec, kc=kc, a_ptr=aptr, a_rs=1, a_ks=a_ks, b_ptr=wtile,
-                                                b_ks=nr, init=init, pf_ptr=pf, pf_ks=16, name="convc")
+                        acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=aptr, a_rs=1, a_ks=a_ks, b_ptr=wtile,
+                                        b_ks=nr, init=init, a_prefetch=X_PREFETCH if direct else 0,
+                                        stream=(pf, 16), name="convc")
                     else:
                         acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=aptr, a_rs=1, a_ks=a_ks, b_ptr=wtile,
                                         b_ks=nr, init=init, name="convc")

@@ -85,14 +85,16 @@ def choose_tile(rows: int, vector_width: int, wide: bool = False, tall: bool = F
 
 
 def emit_tile(vx: VecIR, *, mr: int, nv: int, kc: int, a_ptr, a_rs: int, a_ks: int, b_ptr, b_ks: int,
-              b_masks=None, init=None, a_prefetch: int = 0, b_prefetch: int = 0, name: str = "tile") -> list[list]:
+              b_masks=None, init=None, a_prefetch: int = 0, b_prefetch: int = 0, stream: tuple | None = None,
+              name: str = "tile") -> list[list]:
     """acc[r][v] = init[r][v] + sum_{k < kc} A[r, k] * B[k, v*VW : (v+1)*VW].
 
     A[r, k] is the float at a_ptr + r*a_rs + k*a_ks (broadcast), B's vector (k, v) starts at
     b_ptr + k*b_ks + v*VW (masked by b_masks[v] when given). a_prefetch > 0: every k also prefetches A
     that many floats ahead (A streamed from memory). b_prefetch > 0: every k also prefetches each cache
-    line of B's row k + b_prefetch (a B panel streamed from L2 or memory). Returns the accumulators (mr
-    lists of nv).
+    line of B's row k + b_prefetch (a B panel streamed from L2 or memory). stream = (ptr, ks): every k
+    also fetches the line at ptr + k*ks floats into L2 (data the following tiles read, fetched while this
+    one computes rather than in a burst when they start). Returns the accumulators (mr lists of nv).
     """
     b = vx.b
     if init is None:
@@ -112,6 +114,10 @@ def emit_tile(vx: VecIR, *, mr: int, nv: int, kc: int, a_ptr, a_rs: int, a_ks: i
         for off in range(0, nv * vx.vw, 16):  # 16 floats: one 64-byte line
             b.call(pf, [vx.gep(bk, b_prefetch * b_ks + off), ir.Constant(I32, 0), ir.Constant(I32, 3),
                         ir.Constant(I32, 1)])
+    if stream is not None:
+        pf = vx.intrinsic("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
+        b.call(pf, [vx.gep(stream[0], vx.off((k, stream[1]))), ir.Constant(I32, 0), ir.Constant(I32, 2),
+                    ir.Constant(I32, 1)])
     new = []
     for r in range(mr):
         a = vx.load_splat(vx.gep(ak, r * a_rs), name=f"{name}.a{r}")

@@ -84,10 +84,10 @@ def _data(x_shape, w_shape, attrs, residual: bool, seed: int = 0):
 
 
 def _run_and_check(x_shape, w_shape, attrs, *, activation="relu", params=(), residual=False,
-                   threads=(1, 2, 3), vector_width=VW, misalign=False) -> None:
+                   threads=(1, 2, 3), vector_width=VW, misalign=False, split="") -> None:
     x, w, b, res, out_shape = _data(x_shape, w_shape, attrs, residual)
     kern = conv_kernel(x_shape, w, b, activation=activation, params=params, residual=residual,
-                       vector_width=vector_width, misalign=misalign, **attrs)
+                       vector_width=vector_width, misalign=misalign, split=split, **attrs)
     ref = conv_ref(x, w, b, attrs.get("strides", (1, 1)), attrs.get("pads", (0, 0, 0, 0)),
                    attrs.get("dilations", (1, 1)), attrs.get("group", 1), res, activation, params)
     for nt in threads:

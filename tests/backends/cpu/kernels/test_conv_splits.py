@@ -1,6 +1,7 @@
 """How the direct conv paths split their work across threads, against the float64 reference at 1, 2 and 3
-threads: the pixel path balanced by cost where the last pixel panel is narrower, the channel path split by
-channel panels or by pixel blocks (each thread packing only its blocks)."""
+threads: the pixel path balanced by cost where the last pixel panel is narrower, or split by channels; the
+channel path split by channel panels (balanced by cost) or by pixel blocks (each thread packing only its
+blocks); depthwise convs split by planes or by bands of rows."""
 
 from __future__ import annotations
 
@@ -116,3 +117,45 @@ def test_channel_split_selection(x_shape, w_shape, attrs, by_pixels: bool, monke
     assert conv._kind(geo, 16) == "channel"
     pr, nv = conv._channel_tile(geo, 16)
     assert conv._split_by_pixels(geo, math.ceil(geo.P / pr) * 8, math.ceil(geo.Mg / (nv * 16)) * nv * 16) is by_pixels
+
+
+# id: (x_shape, w_shape, attrs) of depthwise convs large enough to split by rows at both widths
+DEPTHWISE_ROWS = {
+    "3x3_s1_56x56_residual": ((1, 5, 56, 56), (5, 1, 3, 3), dict(group=5, pads=(1, 1, 1, 1))),
+    "3x3_s2_57x57": ((2, 3, 113, 113), (3, 1, 3, 3), dict(group=3, strides=(2, 2), pads=(1, 1, 1, 1))),
+    "5x5_s1_50x50_odd_pads": ((1, 4, 50, 50), (4, 1, 5, 5), dict(group=4, pads=(2, 1, 2, 3))),
+    "3x3_dilated_52x52": ((1, 3, 52, 52), (3, 1, 3, 3), dict(group=3, pads=(2, 2, 2, 2), dilations=(2, 2))),
+}
+
+
+@pytest.mark.parametrize("vw", sorted({VW, 8}))
+@pytest.mark.parametrize("name", list(DEPTHWISE_ROWS))
+def test_depthwise_split_by_rows(name: str, vw: int) -> None:
+    """Each thread a band of row blocks of every plane, copying only the input rows it reads: halo rows,
+    padding and the shorter last block at 1, 2, 3 and 7 threads (more threads than blocks: empty bands)."""
+    x_shape, w_shape, attrs = DEPTHWISE_ROWS[name]
+    geo = _geometry(x_shape, w_shape, attrs)
+    assert conv.splits_rows(x_shape=x_shape, w_shape=w_shape, strides=attrs.get("strides", (1, 1)),
+                            pads=attrs.get("pads", (0, 0, 0, 0)), dilations=attrs.get("dilations", (1, 1)),
+                            group=geo.group, vector_width=vw, has_residual=True)
+    _run_and_check(x_shape, w_shape, attrs, residual=name.endswith("residual"), activation="relu",
+                   threads=(1, 2, 3, 7), vector_width=vw, split="pixels")
+
+
+def test_depthwise_small_maps_split_by_planes() -> None:
+    """Below ROW_SPLIT_MIN_PIXELS (and on the flat path) a depthwise conv splits planes even when asked for
+    rows: a band of a small plane costs more than it keeps local."""
+    for x_shape in ((1, 8, 14, 14), (1, 8, 7, 7)):
+        assert not conv.splits_rows(x_shape=x_shape, w_shape=(8, 1, 3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
+                                    dilations=(1, 1), group=8, vector_width=16, has_residual=False)
+        _run_and_check(x_shape, (8, 1, 3, 3), dict(group=8, pads=(1, 1, 1, 1)), threads=(1, 2), split="pixels")
+
+
+@pytest.mark.parametrize("vw", sorted({VW, 8}))
+@pytest.mark.parametrize("name", list(PIXEL_EDGE_CASES))
+def test_pixel_split_by_channels(name: str, vw: int) -> None:
+    """Each thread a range of row blocks of output channels over every pixel panel (the edge block, groups,
+    batches, phase planes and reduction chunks through out)."""
+    x_shape, w_shape, attrs = PIXEL_EDGE_CASES[name]
+    _run_and_check(x_shape, w_shape, attrs, residual=True, activation="relu", threads=(1, 2, 3, 7),
+                   vector_width=vw, split="channels")
