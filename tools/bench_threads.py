@@ -61,22 +61,36 @@ def best_steps(path: str, feeds: dict, nthreads: int, runs: int, clock: str = "w
 def report(name: str, nthreads: int, runs: int, show_all: bool, work_dir: Path, clock: str = "wall") -> None:
     path = str(Path(name) if name.endswith(".onnx") else model_file(name, work_dir))
     feeds = make_inputs(onnx.load(path, load_external_data=False), SEED + 1)[0]
-    _, one, t1 = best_steps(path, feeds, 1, runs, clock)
+    steps1, one, t1 = best_steps(path, feeds, 1, runs, clock)
     steps, many, tn = best_steps(path, feeds, nthreads, runs, clock)
-    rows = []
+    # Steps are matched by the nodes they run: a node may take more steps on several threads than on one
+    # (a squeeze-excite's means); its figures are then the sums over its steps.
+    alone: dict[str, float] = {}
+    for k, row in one.items():
+        alone[steps1[k].nodes] = alone.get(steps1[k].nodes, 0.0) + row[0]
+    first: dict[str, int] = {}
+    per_thread: dict[str, dict[int, float]] = {}
     for k in sorted(many):
-        slowest = max(many[k].values())
-        rows.append((slowest - one[k][0] / nthreads, k, slowest))
+        key = steps[k].nodes
+        first.setdefault(key, k)
+        acc = per_thread.setdefault(key, {})
+        for t, v in many[k].items():
+            acc[t] = acc.get(t, 0.0) + v
+    rows = []
+    for key, k in first.items():
+        slowest = max(per_thread[key].values())
+        rows.append((slowest - alone.get(key, 0.0) / nthreads, k, slowest, key))
     bound = sum(r[2] for r in rows)
     waiting, nwaits = waits(path, nthreads)
     print(f"## {name}: 1 thread median {np.median(t1):.0f} us (best {min(t1):.0f}); {nthreads} threads median "
           f"{np.median(tn):.0f} us (best {min(tn):.0f}); sum of slowest threads {bound:.0f} us; "
-          f"{waiting} of {len(rows)} steps wait, {nwaits} waits" + ("; steps in thread CPU time" if clock == "cpu" else ""))
-    for loss, k, slowest in rows if show_all else sorted(rows, reverse=True)[:15]:
+          f"{waiting} of {len(many)} steps wait, {nwaits} waits" + ("; steps in thread CPU time" if clock == "cpu" else ""))
+    for loss, k, slowest, key in rows if show_all else sorted(rows, reverse=True)[:15]:
         s = steps[k]
-        per = " ".join(f"t{t}={v:7.1f}" for t, v in sorted(many[k].items()))
-        print(f"{k:4d} {'split ' if s.parallel else 'serial'} {s.op[:16]:16s} 1t={one[k][0]:7.1f} {per} "
-              f"speedup {one[k][0] / slowest:4.2f} loss {loss:6.1f} us  {s.nodes[:50]}")
+        per = " ".join(f"t{t}={v:7.1f}" for t, v in sorted(per_thread[key].items()))
+        t_one = alone.get(key, 0.0)
+        print(f"{k:4d} {'split ' if s.parallel else 'serial'} {s.op[:16]:16s} 1t={t_one:7.1f} {per} "
+              f"speedup {t_one / slowest:4.2f} loss {loss:6.1f} us  {s.nodes[:50]}")
 
 
 def main(argv: list[str] | None = None) -> int:

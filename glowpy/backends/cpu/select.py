@@ -636,11 +636,21 @@ def _lower_SqueezeExcite(low: Lowering, node: Node) -> None:
         raise UnsupportedOperator("the squeeze-excite kernel takes constant weights", op=node.op,
                                   expected="constant W1, B1, W2, B2", found="run-time weights")
     n, c, h, w = x.shape
+    # On several threads the channel means are a step of their own, split by planes like the scaling: fused,
+    # every thread read all of x for them (MobileNet-v3 and EfficientNet's SE blocks ran no faster on two)
+    split = low.nthreads > 1
+    ins = [low.val(x)]
+    if split:
+        means = Value(f"{node.outputs[0].name}.means", TensorType(x.dtype, (n, c, 1, 1)), "node")
+        fn = reduce.emit_reduce(low.kmod(), low.fname([node]), x.dtype, x.shape, (2, 3), "mean")
+        low.add(Step(fn.name, fn, [low.val(means), low.val(x)], [means], [node], work=x.type.size))
+        ins.append(low.val(means))
     info = emit_squeeze_excite(low.kmod(), low.fname([node]), n=n, c=c, hw=h * w, r=w1.shape[0],
                                activation=a["activation"], activation_params=tuple(a["activation_params"]),
-                               gate=a["gate"], gate_params=tuple(a["gate_params"]), vector_width=low.vector_width)
-    args = [low.val(x)] + [low.array(np.asarray(v.data, np.float32)) for v in (w1, b1, w2, b2)] + [SCRATCH]
-    _simple(low, node, info.function, args, 2.0 * x.type.size, info.scratch_bytes_per_thread)
+                               gate=a["gate"], gate_params=tuple(a["gate_params"]), vector_width=low.vector_width,
+                               means_given=split)
+    args = ins + [low.array(np.asarray(v.data, np.float32)) for v in (w1, b1, w2, b2)] + [SCRATCH]
+    _simple(low, node, info.function, args, (1.0 if split else 2.0) * x.type.size, info.scratch_bytes_per_thread)
 
 
 def _lower_Attention(low: Lowering, node: Node) -> None:

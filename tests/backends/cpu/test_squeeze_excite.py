@@ -129,3 +129,14 @@ def test_cpu_refuses_run_time_weights() -> None:
     g.outputs = [g.add_node("SqueezeExcite", [x, *ws], {}, name="se").outputs[0]]
     with pytest.raises(UnsupportedOperator, match="constant weights"):
         glowpy.compile(g, backend="cpu", optimize=False, cache=False)
+
+
+def test_means_are_their_own_step_on_several_threads() -> None:
+    """On one thread the kernel computes the channel means itself; on several an earlier reduction step
+    (split by planes, like the scaling) computes them, so no thread reads all of x."""
+    model = _se_model(shape=(2, 48, 14, 14), r=12, act="Relu", gate="Sigmoid")
+    for threads, ops in ((1, ["SqueezeExcite"]), (2, ["SqueezeExcite", "SqueezeExcite"])):
+        exe = glowpy.compile(model, backend="cpu", threads=threads, cache=False).executable
+        assert [s.op for s in exe.layout.profile_steps] == ops
+        assert all(s.parallel for s in exe.layout.profile_steps) is (threads > 1)
+    _check(model, threads=2)

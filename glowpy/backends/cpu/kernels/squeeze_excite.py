@@ -4,8 +4,10 @@ out[n, c] = x[n, c] * gate(W2 act(W1 mean(x[n]) + b1) + b2)[c].
 Per image: the channel means (vector sums over each plane), the two small matrix-vector products (dot
 products along the rows of W1 (R x C) and W2 (C x R)), the activation and the gate over the short
 vectors, then the planes scaled. Threads split the channel planes; the mixing FCs need every channel's
-mean, so each thread computes the means and both FCs of the images it touches (they cost one read of
-x, the scaling another), and scales only its own planes. `out` must not overlap `x`.
+mean, so each thread computes both FCs of the images it touches and scales only its own planes. The
+means are computed here (`means_given` False: every thread reads all of x once for them, then its planes
+again to scale: one thread's work, as on one thread), or read from an input that an earlier step (a
+reduction split by planes) computed, which is how it runs on several threads. `out` must not overlap `x`.
 """
 
 from __future__ import annotations
@@ -82,15 +84,16 @@ def _fc(vx: VecIR, dst, w, bias, src, rows: int, cols: int, name: str) -> None:
 
 
 def emit_squeeze_excite(module: ir.Module, name: str, *, n: int, c: int, hw: int, r: int, activation: str,
-                        activation_params, gate: str, gate_params, vector_width: int) -> KernelInfo:
-    """void name(out, x, w1, b1, w2, b2, scratch, tid, nthreads)."""
+                        activation_params, gate: str, gate_params, vector_width: int, means_given: bool = False
+                        ) -> KernelInfo:
+    """void name(out, x, [means,] w1, b1, w2, b2, scratch, tid, nthreads); means: (n, c) floats."""
     vw = vector_width
     cp, rp = math.ceil(c / vw) * vw, math.ceil(r / vw) * vw
-    params = [("out", PTR), ("x", PTR), ("w1", PTR), ("b1", PTR), ("w2", PTR), ("b2", PTR), ("scratch", PTR),
-              ("tid", U.I32), ("nthreads", U.I32)]
+    params = [("out", PTR), ("x", PTR)] + [("means", PTR)] * means_given + [
+        ("w1", PTR), ("b1", PTR), ("w2", PTR), ("b2", PTR), ("scratch", PTR), ("tid", U.I32), ("nthreads", U.I32)]
     fn, b = U.new_function(module, name, params)
-    out_p, x_p, w1, b1, w2, b2, scratch, tid, nthreads = fn.args
-    for arg in (x_p, w1, b1, w2, b2, scratch):
+    out_p, x_p, *given, w1, b1, w2, b2, scratch, tid, nthreads = fn.args
+    for arg in (x_p, w1, b1, w2, b2, scratch, *given):
         arg.add_attribute("noalias")
     vx = VecIR(module, b, vw)
     means, hidden, scale = scratch, vx.gep(scratch, cp, name="hidden"), vx.gep(scratch, cp + rp, name="scale")
@@ -101,12 +104,16 @@ def emit_squeeze_excite(module: ir.Module, name: str, *, n: int, c: int, hw: int
     end_img = b.add(first, ir.Constant(I64, c), name="end.img")
     stop = b.select(b.icmp_signed("<", hi, end_img), hi, end_img, name="stop")
     with U.if_then(b, b.icmp_signed("<", start, stop), "mine"):
-        x_img = vx.gep(x_p, vx.off((img.i, c * hw)), name="x.img")
-        ml = Loop(vx, "mean", 0, c)
-        s = _vec_sum(vx, vx.gep(x_img, vx.off((ml.i, hw))), hw)
-        b.store(b.fmul(s, ir.Constant(F32, 1.0 / hw), name="mean"), vx.gep(means, ml.i))
-        ml.close()
-        _fc(vx, hidden, w1, b1, means, r, c, "fc1")
+        if given:
+            img_means = vx.gep(given[0], first, name="means.img")
+        else:
+            img_means = means
+            x_img = vx.gep(x_p, vx.off((img.i, c * hw)), name="x.img")
+            ml = Loop(vx, "mean", 0, c)
+            s = _vec_sum(vx, vx.gep(x_img, vx.off((ml.i, hw))), hw)
+            b.store(b.fmul(s, ir.Constant(F32, 1.0 / hw), name="mean"), vx.gep(means, ml.i))
+            ml.close()
+        _fc(vx, hidden, w1, b1, img_means, r, c, "fc1")
         _activate(vx, hidden, r, activation, activation_params)
         _fc(vx, scale, w2, b2, hidden, c, r, "fc2")
         _activate(vx, scale, c, gate, gate_params)
