@@ -85,6 +85,13 @@ def _conv_geometry(node: Node, vector_width: int) -> dict:
                 dilations=a["dilations"], group=a["group"], vector_width=vector_width)
 
 
+def _written_by_pixels(low: Lowering, x: Value) -> bool:
+    """Whether threads write `x` by ranges of pixels: a 2-D conv on the pixel path produced it."""
+    p = x.producer
+    return (low.nthreads > 1 and low.fast_kernels and p is not None and p.op == "Conv" and x is p.outputs[0]
+            and p.inputs[1].type.rank == 4 and splits_pixels(**_conv_geometry(p, low.vector_width)))
+
+
 def _split_like_neighbours(low: Lowering, node: Node, x: Value, epi: Epilogue) -> str:
     """How a 2-D conv's threads should split its output (emit_conv2d's `split`) so that a neighbouring
     conv reads what its own core wrote: a depthwise conv splits by pixels after a conv that splits by
@@ -96,9 +103,7 @@ def _split_like_neighbours(low: Lowering, node: Node, x: Value, epi: Epilogue) -
         return conv.attrs["group"] > 1 and splits_rows(**_conv_geometry(conv, low.vector_width),
                                                        has_residual=len(conv.inputs) > 3)
 
-    p = x.producer
-    if (p is not None and p.op == "Conv" and x is p.outputs[0] and p.inputs[1].type.rank == 4 and rows(node)
-            and splits_pixels(**_conv_geometry(p, low.vector_width))):
+    if rows(node) and _written_by_pixels(low, x):
         return "pixels"
     users = epi.out.users
     if users and all(u.op == "Conv" and u.inputs[0] is epi.out and u.attrs["group"] > 1 and u.inputs[1].type.rank == 4
@@ -336,7 +341,8 @@ def _pool(low: Lowering, node: Node, kind: str) -> None:
     if low.fast_kernels and pool.fast_2d(x.dtype, x.shape, out.shape, kind, a["kernel_shape"], a["strides"], dil,
                                              index_order, low.vector_width):
         info = pool.emit_pool_2d(low.kmod(), low.fname([node]), x.shape, out.shape, kind, a["kernel_shape"],
-                                 a["strides"], a["pads"], bool(a.get("count_include_pad", 0)), low.vector_width)
+                                 a["strides"], a["pads"], bool(a.get("count_include_pad", 0)), low.vector_width,
+                                 split_rows=_written_by_pixels(low, x))
         low.used_fast.append(info.function.name)
         args = [low.val(out), low.val(x), NULL, SCRATCH] + [low.array(t) for t in info.packed]
         low.add(Step(info.function.name, info.function, args, [out], [node], work=work,

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 import glowpy
 import glowpy.backends.cpu.lowering as lowering
-from glowpy.backends.cpu import CpuBackend
+from glowpy.backends.cpu import CpuBackend, select
 from glowpy.backends.cpu.kernels import pool
 from glowpy.backends.cpu.target import isa_available
 from glowpy.backends.interpreter import InterpreterBackend
@@ -64,10 +64,16 @@ def _graph(kind: str):
     return glowpy.load(model), feeds
 
 
+@pytest.mark.parametrize("rows", [False, True], ids=["planes", "rows"])
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_vector_pools_match_the_interpreter_and_the_generic_kernel(monkeypatch: pytest.MonkeyPatch,
-                                                                   kind: str) -> None:
+                                                                   kind: str, rows: bool) -> None:
+    """Threads split planes, or (rows) bands of output rows of every plane: halo rows, pads, ceil_mode
+    overhang and more threads than rows."""
     monkeypatch.setattr(lowering, "PARALLEL_MIN_WORK", 0)  # every pool split over the threads
+    if rows:  # as if every input came from a conv split by pixels, on any map size
+        monkeypatch.setattr(pool, "ROW_SPLIT_MIN_PIXELS", 0)
+        monkeypatch.setattr(select, "_written_by_pixels", lambda low, x: True)
     graph, feeds = _graph(kind)
     want = InterpreterBackend().compile(graph).run(feeds)
     generic = CpuBackend().compile(graph, threads=3, cache=False, fast_kernels=False).run(feeds)
@@ -101,3 +107,35 @@ def test_other_pools_keep_the_generic_kernel(dtype, kind, kernel, strides, dilat
     x_shape, out_shape = (1, 2) + (20,) * nsp, (1, 2) + (6,) * nsp
     assert not pool.fast_2d(np.dtype(dtype), x_shape, out_shape, kind, kernel, strides, dilations, indices, 16)
     assert pool.fast_2d(np.dtype(np.float32), (1, 2, 20, 20), (1, 2, 6, 6), "avg", (3, 3), (2, 2), (1, 1), None, 16)
+
+
+def test_pool_after_a_pixel_split_conv_splits_rows() -> None:
+    """ResNet's stem: a conv whose threads write pixel ranges, then a 3x3 stride-2 max pool with a 56x56
+    output; at 2 threads the pool splits rows (its input is written by pixel ranges), against the
+    interpreter."""
+    rng = np.random.default_rng(3)
+    w = helper.make_tensor("w", TensorProto.FLOAT, (64, 3, 7, 7), rng.standard_normal((64, 3, 7, 7)).ravel() / 7)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], pads=[3, 3, 3, 3]),
+             helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w]), opset_imports=[helper.make_opsetid("", 19)])
+    graph = glowpy.load(model)
+    conv_node, pool_node = graph.nodes
+
+    class Low:
+        fast_kernels, vector_width = True, pool_vector_width()
+
+    for nthreads, expect in ((1, False), (2, True)):
+        Low.nthreads = nthreads
+        assert select._written_by_pixels(Low, pool_node.inputs[0]) is expect
+    feeds = [rng.standard_normal((1, 3, 224, 224)).astype(np.float32)]
+    want = InterpreterBackend().compile(graph).run(feeds)
+    for nthreads in (2, 3):
+        assert_close(CpuBackend().compile(graph, threads=nthreads, cache=False).run(feeds), want, f"{nthreads}")
+
+
+def pool_vector_width() -> int:
+    from glowpy.backends.cpu import host_target
+
+    return host_target().vector_width

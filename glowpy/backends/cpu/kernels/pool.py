@@ -28,7 +28,7 @@ from glowpy.backends.cpu.kernels.depthwise import _phase_lanes
 from glowpy.backends.cpu.kernels.elementwise import _fmax
 from glowpy.backends.cpu.kernels.gemm import kernel_function
 from glowpy.backends.cpu.target import host_target
-from glowpy.backends.cpu.vector import I32, I64, PTR, Loop, VecIR
+from glowpy.backends.cpu.vector import I32, I64, PTR, Loop, VecIR, imin
 
 # The largest scratch image (floats per thread) the vector path uses; bigger planes take the generic one.
 _MAX_IMAGE = 1 << 22
@@ -141,12 +141,21 @@ def _counts(size: int, out: int, k: int, stride: int, pad: int, pad_end: int, in
     return (np.minimum(start + k, hi) - np.maximum(start, lo)).clip(0)
 
 
+# Threads split a pool's output rows (every plane) rather than its planes only on maps this large (output
+# pixels), where the rows a band reads are worth keeping on the core that wrote them (below it a band's
+# plane setup and halo rows cost more): ResNet-50's 112x112 -> 56x56 max pool after conv1 (whose pixel path
+# splits by pixels) took 1.38x less time on 2 threads than on 1, planes split; rows split, 1.9x (Xeon).
+ROW_SPLIT_MIN_PIXELS = 48 * 48
+
+
 def emit_pool_2d(module: ir.Module, name: str, x_shape: tuple[int, ...], out_shape: tuple[int, ...], kind: str,
                  kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int], count_include_pad: bool,
-                 vw: int) -> KernelInfo:
+                 vw: int, split_rows: bool = False) -> KernelInfo:
     """void name(out, x, null, scratch, [divisors,] tid, nthreads): a float32 2-D max or average pool
     that fast_2d accepts. Average's packed table: the per-column counts (ncv * vw entries, 1 past the
-    row), then the per-row counts; a window's divisor is their product."""
+    row), then the per-row counts; a window's divisor is their product. split_rows (on maps of at least
+    ROW_SPLIT_MIN_PIXELS): each thread a band of output rows of every plane, copying only the input rows
+    the band reads (for an input written by pixel ranges, e.g. by conv.py's pixel path)."""
     img = _Image(x_shape, out_shape, kernel, strides, pads, vw)
     packed = []
     if kind == "avg":
@@ -160,7 +169,18 @@ def emit_pool_2d(module: ir.Module, name: str, x_shape: tuple[int, ...], out_sha
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     vx = VecIR(module, b, vw)
     planes = x_shape[0] * x_shape[1]
-    lo, hi = U.thread_range(b, planes, tid, nthreads, "planes")
+    if split_rows and img.oh * img.ow >= ROW_SPLIT_MIN_PIXELS:
+        lo, hi = ir.Constant(I64, 0), ir.Constant(I64, planes)
+        r_lo, r_hi = U.thread_range(b, img.oh, tid, nthreads, "band")
+        # input rows [r_lo * sh - pt, (r_hi - 1) * sh - pt + kh), within the rows some window reads
+        first = b.sub(b.mul(r_lo, ir.Constant(I64, img.sh)), ir.Constant(I64, img.pt), name="band.in0")
+        end = b.add(b.mul(r_hi, ir.Constant(I64, img.sh)), ir.Constant(I64, img.kh - img.sh - img.pt), name="band.in1")
+        zero = ir.Constant(I64, 0)
+        band = (b.select(b.icmp_signed("<", first, zero), zero, first, name="band.first"),
+                imin(b, end, ir.Constant(I64, img.rows), name="band.end"))
+    else:
+        lo, hi = U.thread_range(b, planes, tid, nthreads, "planes")
+        r_lo, r_hi, band = ir.Constant(I64, 0), ir.Constant(I64, img.oh), None
 
     raw = b.ptrtoint(scratch_p, I64, name="scratch.addr")
     up = b.add(raw, ir.Constant(I64, 63), name="scratch.up")
@@ -171,9 +191,9 @@ def emit_pool_2d(module: ir.Module, name: str, x_shape: tuple[int, ...], out_sha
     fl.close()
 
     lp = Loop(vx, "plane", lo, hi)
-    _copy_rows(vx, img, vx.gep(x_p, vx.off((lp.i, img.h * img.w)), name="x.plane"), scr)
+    _copy_rows(vx, img, vx.gep(x_p, vx.off((lp.i, img.h * img.w)), name="x.plane"), scr, band)
     o_plane = vx.gep(out_p, vx.off((lp.i, img.oh * img.ow)), name="o.plane")
-    rl = Loop(vx, "orow", 0, img.oh)
+    rl = Loop(vx, "orow", r_lo, r_hi)
     row = vx.gep(scr, vx.off((rl.i, img.sh * img.stride), img.lead), name="img.row")
     o_row = vx.gep(o_plane, vx.off((rl.i, img.ow)), name="o.row")
     div_h = vx.load_splat(vx.gep(fn.args[4], vx.off(img.ncv * vw, rl.i)), name="count.h") if packed else None
@@ -232,13 +252,13 @@ def _vector_maximum(vx: VecIR):
     return lambda x, y: b.call(fn, [x, y], name="max")
 
 
-def _copy_rows(vx: VecIR, img: _Image, x_plane, scr) -> None:
-    """The input rows and columns some window reads into the image's interior; masked stores keep the
-    identity around it."""
+def _copy_rows(vx: VecIR, img: _Image, x_plane, scr, band: tuple | None = None) -> None:
+    """The input rows (those of `band`, [first, end), else all) and columns some window reads into the
+    image's interior; masked stores keep the identity around it."""
     if img.rows == 0 or img.cols == 0:
         return
     vw = vx.vw
-    rl = Loop(vx, "copy.row", 0, img.rows)
+    rl = Loop(vx, "copy.row", *(band or (0, img.rows)))
     src = vx.gep(x_plane, vx.off((rl.i, img.w)), name="src.row")
     dst = vx.gep(scr, vx.off((rl.i, img.stride), img.pt * img.stride + img.lead + img.pl), name="dst.row")
     full, tail = img.cols // vw, img.cols % vw
