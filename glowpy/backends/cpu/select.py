@@ -85,29 +85,41 @@ def _conv_geometry(node: Node, vector_width: int) -> dict:
                 dilations=a["dilations"], group=a["group"], vector_width=vector_width)
 
 
+def _conv_splits_rows(low: Lowering, conv: Node) -> bool:
+    """Whether a direct conv (depthwise, or a stem over a few input channels) splits bands of rows: where
+    its geometry allows, a stem always (each thread then copies only its band of the input, not all of
+    it), a depthwise conv when its input was written by pixel ranges."""
+    if conv.inputs[0].type.rank != 4 or conv.inputs[1].type.rank != 4:
+        return False
+    if not splits_rows(**_conv_geometry(conv, low.vector_width), has_residual=len(conv.inputs) > 3):
+        return False
+    return conv.inputs[1].shape[1] > 1 or _written_by_pixels(low, conv.inputs[0])
+
+
 def _written_by_pixels(low: Lowering, x: Value) -> bool:
-    """Whether threads write `x` by ranges of pixels: a 2-D conv on the pixel path produced it."""
+    """Whether threads write `x` by ranges of pixels: a 2-D conv on the pixel path produced it, or a direct
+    conv that splits rows."""
     p = x.producer
-    return (low.nthreads > 1 and low.fast_kernels and p is not None and p.op == "Conv" and x is p.outputs[0]
-            and p.inputs[1].type.rank == 4 and splits_pixels(**_conv_geometry(p, low.vector_width)))
+    if low.nthreads < 2 or not low.fast_kernels or p is None or p.op != "Conv" or x is not p.outputs[0]:
+        return False
+    if p.inputs[0].type.rank != 4 or p.inputs[1].type.rank != 4:
+        return False
+    return splits_pixels(**_conv_geometry(p, low.vector_width)) or _conv_splits_rows(low, p)
 
 
 def _split_like_neighbours(low: Lowering, node: Node, x: Value, epi: Epilogue) -> str:
-    """How a 2-D conv's threads should split its output (emit_conv2d's `split`) so that a neighbouring
-    conv reads what its own core wrote: a depthwise conv splits by pixels after a conv that splits by
-    pixels (the pixel path), where it can; a pixel-path conv whose only readers are depthwise convs that
-    split by planes splits by channels."""
-    if low.nthreads < 2 or not low.fast_kernels or x.type.rank != 4:
+    """How a 2-D conv's threads should split its output (emit_conv2d's `split`) so that neighbouring steps
+    read what their own core wrote: a direct conv (depthwise, stem) splits bands of rows where
+    _conv_splits_rows says so; a pixel-path conv whose only readers are depthwise convs that split by
+    planes splits by channels."""
+    if low.nthreads < 2 or not low.fast_kernels or x.type.rank != 4 or node.inputs[1].type.rank != 4:
         return ""
-    def rows(conv: Node) -> bool:
-        return conv.attrs["group"] > 1 and splits_rows(**_conv_geometry(conv, low.vector_width),
-                                                       has_residual=len(conv.inputs) > 3)
-
-    if rows(node) and _written_by_pixels(low, x):
+    if _conv_splits_rows(low, node):
         return "pixels"
     users = epi.out.users
     if users and all(u.op == "Conv" and u.inputs[0] is epi.out and u.attrs["group"] > 1 and u.inputs[1].type.rank == 4
-                     and not rows(u) for u in users):
+                     and not splits_rows(**_conv_geometry(u, low.vector_width), has_residual=len(u.inputs) > 3)
+                     for u in users):
         return "channels"
     return ""
 

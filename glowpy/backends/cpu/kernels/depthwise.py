@@ -123,8 +123,7 @@ ROW_SPLIT_MIN_PIXELS = 48 * 48
 
 def splits_rows(geo: _Geometry, vw: int, has_residual: bool) -> bool:
     """Whether threads can split this conv's output rows (every plane) rather than its planes."""
-    return (geo.Cg == 1 and geo.Mg == 1 and geo.P >= ROW_SPLIT_MIN_PIXELS
-            and not _Plan(geo, vw, has_residual).flat)
+    return geo.P >= ROW_SPLIT_MIN_PIXELS and not _Plan(geo, vw, has_residual).flat
 
 
 def emit_depthwise(module: ir.Module, name: str, geo: _Geometry, w, bias, activation: str, params,

@@ -125,14 +125,17 @@ DEPTHWISE_ROWS = {
     "3x3_s2_57x57": ((2, 3, 113, 113), (3, 1, 3, 3), dict(group=3, strides=(2, 2), pads=(1, 1, 1, 1))),
     "5x5_s1_50x50_odd_pads": ((1, 4, 50, 50), (4, 1, 5, 5), dict(group=4, pads=(2, 1, 2, 3))),
     "3x3_dilated_52x52": ((1, 3, 52, 52), (3, 1, 3, 3), dict(group=3, pads=(2, 2, 2, 2), dilations=(2, 2))),
+    "stem_3_to_16_s2": ((1, 3, 113, 113), (16, 3, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1))),
+    "stem_groups_s1_residual": ((1, 4, 64, 64), (8, 2, 3, 3), dict(group=2, pads=(1, 1, 1, 1))),
 }
 
 
 @pytest.mark.parametrize("vw", sorted({VW, 8}))
 @pytest.mark.parametrize("name", list(DEPTHWISE_ROWS))
 def test_depthwise_split_by_rows(name: str, vw: int) -> None:
-    """Each thread a band of row blocks of every plane, copying only the input rows it reads: halo rows,
-    padding and the shorter last block at 1, 2, 3 and 7 threads (more threads than blocks: empty bands)."""
+    """Each thread a band of row blocks of every plane, copying only the input rows it reads (for a stem,
+    those of every input plane of the group): halo rows, padding and the shorter last block at 1, 2, 3 and
+    7 threads (more threads than blocks: empty bands)."""
     x_shape, w_shape, attrs = DEPTHWISE_ROWS[name]
     geo = _geometry(x_shape, w_shape, attrs)
     assert conv.splits_rows(x_shape=x_shape, w_shape=w_shape, strides=attrs.get("strides", (1, 1)),
