@@ -324,9 +324,15 @@ def _kind(geo: _Geometry, vw: int) -> str:
 
 
 def splits_pixels(*, x_shape, w_shape, strides, pads, dilations, group: int, vector_width: int) -> bool:
-    """Whether threads split this conv's output by pixels (the pixel path: each thread writes a range of
-    pixels of every channel) rather than by channels or planes (every other path)."""
-    return _kind(_Geometry(x_shape, w_shape, strides, pads, dilations, group), vector_width) == "pixel"
+    """Whether threads split this conv's output by pixels, each writing a range of pixels of every channel:
+    the pixel path, and Winograd on maps of many panels of tiles (bands of tile rows); the other paths
+    split channels or planes."""
+    geo = _Geometry(x_shape, w_shape, strides, pads, dilations, group)
+    kind = _kind(geo, vector_width)
+    if kind == "winograd":
+        mh, mw = winograd_tile(geo, vector_width)
+        return math.ceil(_wino_tiles(geo, mh, mw)[2] / _wino_panel(geo, mh, mw, vector_width)) >= WINO_PIXEL_PANELS
+    return kind == "pixel"
 
 
 def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: np.ndarray | None, strides, pads,
@@ -1088,6 +1094,18 @@ def _pack_winograd(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     return [out.ravel(), bias]
 
 
+# Winograd on a map of at least this many panels of tiles counts as split by pixels (splits_pixels): each
+# thread's units are then mostly whole panels, bands of tile rows.
+WINO_PIXEL_PANELS = 8
+
+
+def _wino_panel(geo: _Geometry, mh: int, mw: int, vw: int) -> int:
+    """Tiles per panel (NR): choose_tile's vectors, fewer where there are few tiles (a narrower panel
+    keeps the T B panels dense, in L1)."""
+    nv = choose_tile(geo.M, vw)[1]
+    return min(nv, math.ceil(_wino_tiles(geo, mh, mw)[2] / vw)) * vw
+
+
 def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
     """Winograd F(mh x mw, 3x3) with vectors over output tiles. Per panel of NR tiles a thread transforms the
     input into T = (mh+2)(mw+2) B panels (C x NR, gathers of the patches), then per row block of output channels
@@ -1100,9 +1118,9 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     T = ah * aw
     th, tw, tiles = _wino_tiles(geo, mh, mw)
     d = geo.dh
-    mr, nv = choose_tile(M, vw)
-    nv = min(nv, math.ceil(tiles / vw))  # few tiles: a narrower panel keeps the T B panels dense (in L1)
-    nr = nv * vw
+    mr, _ = choose_tile(M, vw)
+    nr = _wino_panel(geo, mh, mw, vw)
+    nv = nr // vw
     mblocks, mfull = math.ceil(M / mr), M // mr
     nblocks, nfull = math.ceil(tiles / nr), tiles // nr
     t_edge = tiles - nfull * nr
