@@ -235,6 +235,16 @@ def thread_range(b: ir.IRBuilder, n: int, tid: ir.Value, nthreads: ir.Value, nam
     return lo, hi
 
 
+def input_band(b: ir.IRBuilder, oh0: ir.Value, oh1: ir.Value, *, stride: int, pad: int, reach: int, size: int,
+               name: str = "band") -> tuple[ir.Value, ir.Value]:
+    """[first, end) of the input rows, within [0, size), that output rows [oh0, oh1) of a window op read
+    (output row o reads input rows o * stride - pad up to o * stride - pad + reach - 1)."""
+    first = b.sub(b.mul(oh0, i64(stride)), i64(pad), name=f"{name}.in0")
+    end = b.add(b.mul(b.sub(oh1, i64(1)), i64(stride)), i64(reach - pad), name=f"{name}.in1")
+    first = b.select(b.icmp_signed("<", first, i64(0)), i64(0), first, name=f"{name}.first")
+    return first, b.select(b.icmp_signed("<", end, i64(size)), end, i64(size), name=f"{name}.end")
+
+
 def new_function(module: ir.Module, name: str, params: Sequence[tuple[str, ir.Type]],
                  *, internal: bool = True) -> tuple[ir.Function, ir.IRBuilder]:
     """A void function with named parameters and a builder positioned in its first code block.

@@ -97,6 +97,12 @@ class VecIR:
     def intrinsic(self, name: str, ret, args) -> ir.Function:
         return U.declare(self.m, name, ret, args)
 
+    def prefetch(self, ptr, *, write: bool = False, locality: int = 3) -> None:
+        """Fetch ptr's cache line ahead of use, for reading or writing (never faults, so ptr may lie past
+        its buffer); locality 3 keeps the line in L1, 2 in L2."""
+        pf = self.intrinsic("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
+        self.b.call(pf, [ptr, ir.Constant(I32, int(write)), ir.Constant(I32, locality), ir.Constant(I32, 1)])
+
     def _suffix(self) -> str:
         return f"v{self.vw}f32"
 

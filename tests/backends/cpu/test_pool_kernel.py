@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 import glowpy
 import glowpy.backends.cpu.lowering as lowering
-from glowpy.backends.cpu import CpuBackend, select
+from glowpy.backends.cpu import CpuBackend, host_target, select
 from glowpy.backends.cpu.kernels import pool
 from glowpy.backends.cpu.target import isa_available
 from glowpy.backends.interpreter import InterpreterBackend
@@ -124,7 +124,7 @@ def test_pool_after_a_pixel_split_conv_splits_rows() -> None:
     conv_node, pool_node = graph.nodes
 
     class Low:
-        fast_kernels, vector_width = True, pool_vector_width()
+        fast_kernels, vector_width = True, host_target().vector_width
 
     for nthreads, expect in ((1, False), (2, True)):
         Low.nthreads = nthreads
@@ -133,9 +133,3 @@ def test_pool_after_a_pixel_split_conv_splits_rows() -> None:
     want = InterpreterBackend().compile(graph).run(feeds)
     for nthreads in (2, 3):
         assert_close(CpuBackend().compile(graph, threads=nthreads, cache=False).run(feeds), want, f"{nthreads}")
-
-
-def pool_vector_width() -> int:
-    from glowpy.backends.cpu import host_target
-
-    return host_target().vector_width

@@ -54,13 +54,6 @@ from .depthwise import _phase_lanes, emit_depthwise, pack_depthwise, use_direct
 from .depthwise import splits_rows as depthwise_splits_rows
 from .gemm import choose_tile, emit_tile, full_or_edge_panel, kernel_function
 
-
-def _prefetch(vx: VecIR, ptr, write: bool = False) -> None:
-    """Fetch ptr's cache line into L2 (no fault if ptr is past the buffer)."""
-    pf = vx.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-    vx.b.call(pf, [ptr, ir.Constant(I32, int(write)), ir.Constant(I32, 2), ir.Constant(I32, 1)])
-
-
 # Reduction chunking: a panel's chunk of the vector operand (kc x NR floats) and the chunk of
 # weights (rows x kc) should stay cache-resident while the tiles pass over them. Measured on Zen 4
 # (1 MiB L2): L1-sized chunks (24 KB) were ~4% slower than none, L2 streams well; these budgets only
@@ -457,7 +450,7 @@ def _copy_rows(vx: VecIR, src, stride: int, buf, nr: int, rows, nvec: int, masks
         vx.store(vx.load(vx.gep(row, v * vx.vw), masks[v], name="copy.v"), vx.gep(dst, v * vx.vw))
     if COPY_PREFETCH:  # the same rows of the next panel: one stream per input plane, too many to track
         for j in range(math.ceil(nr / 16)):
-            _prefetch(vx, vx.gep(row, nr + 16 * j))
+            vx.prefetch(vx.gep(row, nr + 16 * j), locality=2)
     lp.close()
 
 
@@ -584,9 +577,9 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
                         for r in range(rows):
                             for j in range(math.ceil(nr / 16)):
                                 at = vx.off(orow[r], nr + 16 * j)
-                                _prefetch(vx, vx.gep(out_img, at), write=True)
+                                vx.prefetch(vx.gep(out_img, at), write=True, locality=2)
                                 if has_residual:
-                                    _prefetch(vx, vx.gep(res_img, at))
+                                    vx.prefetch(vx.gep(res_img, at), locality=2)
                     flat = choose(vx, first, from_bias, from_out)
                     init = [flat[r * nvec:(r + 1) * nvec] for r in range(rows)]
                     acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=wtile, a_rs=1, a_ks=mr, b_ptr=bptr,
@@ -826,6 +819,7 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                                   lambda: [vx.load(vx.gep(cb, r * nr + v * vw), name="part")
                                            for r in range(rows) for v in range(nvec)])
                     init = [flat[r * nvec:(r + 1) * nvec] for r in range(rows)]
+                    stream = None
                     if CHANNEL_PREFETCH:
                         # the next channel panel's chunk of weights (kc rows of `lines` lines), one line per
                         # k step spread over this panel's first pixel blocks: line (pb mod lines) * kc + k.
@@ -834,13 +828,10 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                         lines = math.ceil(nr / 16)
                         kcl = ir.Constant(I64, kc) if isinstance(kc, int) else kc
                         line = b.mul(b.urem(pb, ir.Constant(I64, lines)), kcl, name="pf.line")
-                        pf = vx.gep(wtile, vx.off((line, 16), kg * nr), name="pf")
-                        acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=aptr, a_rs=1, a_ks=a_ks, b_ptr=wtile,
-                                        b_ks=nr, init=init, a_prefetch=X_PREFETCH if direct else 0,
-                                        stream=(pf, 16), name="convc")
-                    else:
-                        acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=aptr, a_rs=1, a_ks=a_ks, b_ptr=wtile,
-                                        b_ks=nr, init=init, name="convc")
+                        stream = (vx.gep(wtile, vx.off((line, 16), kg * nr), name="pf"), 16)
+                    acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=aptr, a_rs=1, a_ks=a_ks, b_ptr=wtile,
+                                    b_ks=nr, init=init, a_prefetch=X_PREFETCH if direct else 0, stream=stream,
+                                    name="convc")
 
                     def keep_partials() -> None:
                         for r in range(rows):
@@ -896,7 +887,8 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                     # input the first 1x1 conv read whole), so each line's first store waited for the other
                     # core's copy to be invalidated (ResNet-50's 14x14 256 -> 1024 convs 1.45x -> faster)
                     for j in range(nvec * vw if not lanes else (nvec - 1) * vw + lanes):
-                        _prefetch(vx, vx.gep(out_img, vx.off((vx.off(m0, j), geo.P), vx.off(q, 2 * vw))), write=True)
+                        at = vx.off((vx.off(m0, j), geo.P), vx.off(q, 2 * vw))
+                        vx.prefetch(vx.gep(out_img, at), write=True, locality=2)
                 for v in range(nvec):
                     cols = [vx.load(vx.gep(tbuf, vx.off((vx.off(q, i), nr), v * vw)), name="t.row") for i in range(vw)]
                     for j, val in enumerate(_transpose(vx, cols)):
@@ -1000,6 +992,11 @@ def _wino_tiles(geo: _Geometry, mh: int, mw: int) -> tuple[int, int, int]:
     return th, tw, d * d * th * tw
 
 
+def _wino_weights_cached(geo: _Geometry, mh: int, mw: int) -> bool:
+    """Whether F(mh x mw)'s transformed weights fit WINO_CACHED_WEIGHTS (stay cached between panels)."""
+    return (mh + 2) * (mw + 2) * geo.Cg * geo.M * 4 <= WINO_CACHED_WEIGHTS
+
+
 def winograd_tile(geo: _Geometry, vw: int) -> tuple[int, int] | None:
     """Output tile (mh, mw) for this layer, or None for no Winograd: the first of WINOGRAD_TILES whose
     tiles fill WINO_MIN_TILE_VECTORS vectors, or are WINO_STREAM_TILES or more in one panel, or whose
@@ -1024,8 +1021,7 @@ def winograd_tile(geo: _Geometry, vw: int) -> tuple[int, int] | None:
         if geo.dh > 1 and lanes(tiles) * patches * WINO_DILATED_GAIN > geo.P * 9:
             continue  # sub-maps too small for whole tiles: mostly empty tile slots
         streamed_once = WINO_STREAM_TILES <= tiles <= panel
-        if (tiles >= WINO_MIN_TILE_VECTORS * vw or streamed_once
-                or patches * geo.Cg * geo.M * 4 <= WINO_CACHED_WEIGHTS):
+        if tiles >= WINO_MIN_TILE_VECTORS * vw or streamed_once or _wino_weights_cached(geo, mh, mw):
             return mh, mw
     return None
 
@@ -1142,7 +1138,7 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     # Balanced by compute where the transformed weights stay cached (ResNet-50's 28x28 maps: 3 full panels
     # of F(2x4) tiles and one of 2 tiles); else every panel streams all the weights, a narrow one as long as
     # a full one, so by count (fcn_resnet50's 2048 -> 512 head, 100 MB of weights: 3% slower by compute)
-    if T * C * M * 4 <= WINO_CACHED_WEIGHTS:
+    if _wino_weights_cached(geo, mh, mw):
         lo, hi = _cost_range(b, tid, nthreads, images=geo.N, panels=nblocks, mblocks=mblocks, full_cost=nv,
                              edge_cost=math.ceil(t_edge / vw) if t_edge else nv)
     else:

@@ -199,12 +199,7 @@ def _copy_rows(b: ir.IRBuilder, geo: _Geometry, plan: _Plan, rb_lo, rb_hi) -> tu
     """[first, end) of the input rows that output row blocks [rb_lo, rb_hi) read."""
     oh0 = b.mul(rb_lo, ir.Constant(I64, plan.rows), name="band.oh0")
     oh1 = imin(b, b.mul(rb_hi, ir.Constant(I64, plan.rows)), ir.Constant(I64, geo.OH), name="band.oh1")
-    first = b.sub(b.mul(oh0, ir.Constant(I64, geo.sh)), ir.Constant(I64, geo.pt), name="band.in0")
-    end = b.add(b.mul(b.sub(oh1, ir.Constant(I64, 1)), ir.Constant(I64, geo.sh)),
-                ir.Constant(I64, (geo.KH - 1) * geo.dh + 1 - geo.pt), name="band.in1")
-    zero = ir.Constant(I64, 0)
-    first = b.select(b.icmp_signed("<", first, zero), zero, first, name="band.first")
-    return first, imin(b, end, ir.Constant(I64, geo.H), name="band.end")
+    return U.input_band(b, oh0, oh1, stride=geo.sh, pad=geo.pt, reach=(geo.KH - 1) * geo.dh + 1, size=geo.H)
 
 
 def _copy_plane(vx: VecIR, geo: _Geometry, plan: _Plan, x_plane, scr, rows: tuple | None = None) -> None:

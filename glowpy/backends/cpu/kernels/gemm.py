@@ -107,17 +107,12 @@ def emit_tile(vx: VecIR, *, mr: int, nv: int, kc: int, a_ptr, a_rs: int, a_ks: i
           for v in range(nv)]
     ak = vx.gep(a_ptr, vx.off((k, a_ks)), name=f"{name}.ak")
     if a_prefetch:
-        pf = vx.intrinsic("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
-        b.call(pf, [vx.gep(ak, a_prefetch), ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+        vx.prefetch(vx.gep(ak, a_prefetch))
     if b_prefetch:
-        pf = vx.intrinsic("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
         for off in range(0, nv * vx.vw, 16):  # 16 floats: one 64-byte line
-            b.call(pf, [vx.gep(bk, b_prefetch * b_ks + off), ir.Constant(I32, 0), ir.Constant(I32, 3),
-                        ir.Constant(I32, 1)])
+            vx.prefetch(vx.gep(bk, b_prefetch * b_ks + off))
     if stream is not None:
-        pf = vx.intrinsic("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
-        b.call(pf, [vx.gep(stream[0], vx.off((k, stream[1]))), ir.Constant(I32, 0), ir.Constant(I32, 2),
-                    ir.Constant(I32, 1)])
+        vx.prefetch(vx.gep(stream[0], vx.off((k, stream[1]))), locality=2)
     new = []
     for r in range(mr):
         a = vx.load_splat(vx.gep(ak, r * a_rs), name=f"{name}.a{r}")

@@ -28,7 +28,7 @@ from glowpy.backends.cpu.kernels.depthwise import _phase_lanes
 from glowpy.backends.cpu.kernels.elementwise import _fmax
 from glowpy.backends.cpu.kernels.gemm import kernel_function
 from glowpy.backends.cpu.target import host_target
-from glowpy.backends.cpu.vector import I32, I64, PTR, Loop, VecIR, imin
+from glowpy.backends.cpu.vector import I32, I64, PTR, Loop, VecIR
 
 # The largest scratch image (floats per thread) the vector path uses; bigger planes take the generic one.
 _MAX_IMAGE = 1 << 22
@@ -172,12 +172,7 @@ def emit_pool_2d(module: ir.Module, name: str, x_shape: tuple[int, ...], out_sha
     if split_rows and img.oh * img.ow >= ROW_SPLIT_MIN_PIXELS:
         lo, hi = ir.Constant(I64, 0), ir.Constant(I64, planes)
         r_lo, r_hi = U.thread_range(b, img.oh, tid, nthreads, "band")
-        # input rows [r_lo * sh - pt, (r_hi - 1) * sh - pt + kh), within the rows some window reads
-        first = b.sub(b.mul(r_lo, ir.Constant(I64, img.sh)), ir.Constant(I64, img.pt), name="band.in0")
-        end = b.add(b.mul(r_hi, ir.Constant(I64, img.sh)), ir.Constant(I64, img.kh - img.sh - img.pt), name="band.in1")
-        zero = ir.Constant(I64, 0)
-        band = (b.select(b.icmp_signed("<", first, zero), zero, first, name="band.first"),
-                imin(b, end, ir.Constant(I64, img.rows), name="band.end"))
+        band = U.input_band(b, r_lo, r_hi, stride=img.sh, pad=img.pt, reach=img.kh, size=img.rows)
     else:
         lo, hi = U.thread_range(b, planes, tid, nthreads, "planes")
         r_lo, r_hi, band = ir.Constant(I64, 0), ir.Constant(I64, img.oh), None
