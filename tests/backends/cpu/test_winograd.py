@@ -87,6 +87,25 @@ def test_winograd_against_interpreter(name: str, tile, isa: str, monkeypatch) ->
         assert np.sqrt(np.mean((got - want) ** 2)) < 1e-5
 
 
+@pytest.mark.parametrize("name,tile", [("many_tiles_26x21", F24), ("resnet_28_C128", F24), ("batch2_9x9", F24),
+                                       ("rect_asym_pads", F22)])
+def test_channel_chunks_against_interpreter(name: str, tile, monkeypatch) -> None:
+    """A transformed input past WINO_INPUT_BYTES runs in channel chunks (the products carried across them in
+    scratch): the same results as the interpreter at 1 and 3 threads."""
+    x_shape, m, pads = SHAPES[name]
+    monkeypatch.setattr(conv, "WINOGRAD_TILES", (tile,))
+    monkeypatch.setattr(conv, "WINO_INPUT_BYTES", 36 * 16 * 4 * 5)  # 5 channels of a 16-tile panel of F(2x4)
+    geo = _geo(x_shape, m, pads)
+    T = (tile[0] + 2) * (tile[1] + 2)
+    cc = conv._wino_chunk(geo, T, conv._wino_panel(geo, *tile, 16))
+    assert 1 <= cc < geo.Cg, cc
+    model, feeds = _model(x_shape, m, pads)
+    want = glowpy.compile(model, backend="interpreter").run(feeds)["out"]
+    for threads in (1, 3):
+        got = glowpy.compile(model, backend="cpu", threads=threads, cache=False).run(feeds)["out"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"threads={threads}")
+
+
 @pytest.mark.parametrize("vw", [16, 8])
 def test_error_against_float64_bounds_the_selection(vw: int) -> None:
     """On a 128-channel layer (ReLU-like input, He-scaled weights), the tiles the selection may take stay

@@ -1090,6 +1090,20 @@ def _pack_winograd(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     return [out.ravel(), bias]
 
 
+# A panel's transformed input (T x C x NR floats) is read again by every row block: past this size it
+# leaves L2, so the channels run in chunks of at most this much, every row block's T products accumulating
+# across the chunks in scratch. Xeon (2 MiB L2): fcn_resnet50's 2048 -> 512 head on 28x28 (9.4 MB per
+# panel, 5 chunks) 93.6 -> 88.5 ms cold at 1 thread, the model at 2 threads 173 -> 163-166 ms; 512 KiB
+# chunks put ResNet-50's 14x14 layers (1.2 MB) at 1.3x their time.
+WINO_INPUT_BYTES = 2 << 20
+
+
+def _wino_chunk(geo: _Geometry, T: int, nr: int) -> int:
+    """Channels per chunk of the Winograd reduction, balanced (the whole C where it fits WINO_INPUT_BYTES)."""
+    cc = max(1, min(geo.Cg, WINO_INPUT_BYTES // (T * nr * 4)))
+    return math.ceil(geo.Cg / math.ceil(geo.Cg / cc))
+
+
 # Winograd on a map of at least this many panels of tiles counts as split by pixels (splits_pixels): each
 # thread's units are then mostly whole panels, bands of tile rows.
 WINO_PIXEL_PANELS = 8
@@ -1107,7 +1121,9 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     input into T = (mh+2)(mw+2) B panels (C x NR, gathers of the patches), then per row block of output channels
     runs the T GEMMs with the register-blocked micro-kernel (transformed weights packed [m-block][T][C][MR]
     at compile time), keeps the T results in scratch, and transforms them back to mh x mw pixels per tile
-    with bias, residual and activation (scatter into NCHW)."""
+    with bias, residual and activation (scatter into NCHW). Where a panel's transformed input exceeds
+    WINO_INPUT_BYTES this runs per chunk of channels, the products of every row block carried across the
+    chunks in scratch and transformed back after the last."""
     C, M = geo.Cg, geo.M
     mh, mw = winograd_tile(geo, vw)
     ah, aw = mh + 2, mw + 2
@@ -1122,8 +1138,11 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     t_edge = tiles - nfull * nr
 
     packed = _pack_winograd(geo, w, bias, vw)
-    vbuf_floats = T * C * nr
-    mbuf_floats = T * mr * nr
+    cc = _wino_chunk(geo, T, nr)
+    chunks = math.ceil(C / cc)
+    vbuf_floats = T * cc * nr
+    # one row block's T products; with chunks, every row block's, kept across the chunks
+    mbuf_floats = T * mr * nr * (mblocks if chunks > 1 else 1)
     scratch_bytes = (vbuf_floats + mbuf_floats) * 4 + 64
 
     fn = kernel_function(module, name, len(packed))
@@ -1189,29 +1208,49 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
                 outmask.append([b.and_(oka[r], okc[c_], name="inout") for r in range(mh) for c_ in range(mw)])
                 opix.append(b.add(b.mul(oy, vx.iconst(geo.OW)), ox, name="oidx"))
 
-            # input transform: V[xi][c][tile] into T panels of C x NR
-            lp = Loop(vx, "wino.c", 0, C)
-            plane = vx.gep(x_img, vx.off((lp.i, geo.HW)), name="plane")
-            for v in range(nvec):
-                pat = [[vx.gather(vx.gep(plane, (i * d - geo.pt) * geo.W + j * d - geo.pl), origin[v],
-                                  tapmask[v][aw * i + j], name=f"d{i}{j}") for j in range(aw)] for i in range(ah)]
-                for xi, val in enumerate(_wino_input(vx, pat, ah, aw)):
-                    vx.store(val, vx.gep(vbuf, vx.off((lp.i, nr), xi * C * nr + v * vw)))
-            lp.close()
+            def products(mb):
+                """Row block mb's T products, [xi][MR][NR]."""
+                return vx.gep(mbuf, vx.off((mb, T * mr * nr))) if chunks > 1 else mbuf
 
-            def tile(mb, edge: bool) -> None:
+            def chunk(c0, ncc, first, last) -> None:
+                """Channels [c0, c0 + ncc): the input transform into V, then every row block's T GEMMs,
+                starting from the products of the chunks before (the last chunk transforms them out)."""
+                # input transform: V[xi][c][tile] into T panels of ncc x NR (xi stride cc * NR)
+                lp = Loop(vx, "wino.c", 0, ncc)
+                plane = vx.gep(x_img, vx.off((vx.off(c0, lp.i) if chunks > 1 else lp.i, geo.HW)), name="plane")
+                for v in range(nvec):
+                    pat = [[vx.gather(vx.gep(plane, (i * d - geo.pt) * geo.W + j * d - geo.pl), origin[v],
+                                      tapmask[v][aw * i + j], name=f"d{i}{j}") for j in range(aw)]
+                           for i in range(ah)]
+                    for xi, val in enumerate(_wino_input(vx, pat, ah, aw)):
+                        vx.store(val, vx.gep(vbuf, vx.off((lp.i, nr), xi * cc * nr + v * vw)))
+                lp.close()
+
+                def tile(mb, edge: bool) -> None:
+                    rows = M - mfull * mr if edge else mr
+                    mb_products = products(mb)
+                    # the T GEMMs, one runtime loop so the micro-kernel is emitted once
+                    xl = Loop(vx, "wino.xi", 0, T)
+                    a_ptr = vx.gep(w_p, vx.off((mb, T * C * mr), (xl.i, C * mr), (c0, mr)), name="uxi")
+                    b_ptr = vx.gep(vbuf, vx.off((xl.i, cc * nr)), name="vxi")
+                    mrow = vx.gep(mb_products, vx.off((xl.i, mr * nr)), name="mxi")
+                    flat = choose(vx, first, lambda: [vx.zero] * (rows * nvec),
+                                  lambda: [vx.load(vx.gep(mrow, r * nr + v * vw), name="part")
+                                           for r in range(rows) for v in range(nvec)])
+                    acc = emit_tile(vx, mr=rows, nv=nvec, kc=ncc, a_ptr=a_ptr, a_rs=1, a_ks=mr, b_ptr=b_ptr,
+                                    b_ks=nr, init=[flat[r * nvec:(r + 1) * nvec] for r in range(rows)],
+                                    a_prefetch=WINO_PREFETCH_FLOATS, name="wino")
+                    for r in range(rows):
+                        for v in range(nvec):
+                            vx.store(acc[r][v], vx.gep(mrow, r * nr + v * vw))
+                    xl.close()
+                    when(vx, last, lambda: out_transform(mb, edge, mb_products), lambda: None)
+
+                block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=tile)
+
+            def out_transform(mb, edge: bool, mb_products) -> None:
+                """Row block mb's products to mh x mw pixels per tile, with bias, residual and activation."""
                 rows = M - mfull * mr if edge else mr
-                # the T GEMMs, one runtime loop so the micro-kernel is emitted once
-                xl = Loop(vx, "wino.xi", 0, T)
-                a_ptr = vx.gep(w_p, vx.off((mb, T * C * mr), (xl.i, C * mr)), name="uxi")
-                b_ptr = vx.gep(vbuf, vx.off((xl.i, C * nr)), name="vxi")
-                acc = emit_tile(vx, mr=rows, nv=nvec, kc=C, a_ptr=a_ptr, a_rs=1, a_ks=mr, b_ptr=b_ptr, b_ks=nr,
-                                a_prefetch=WINO_PREFETCH_FLOATS, name="wino")
-                mrow = vx.gep(mbuf, vx.off((xl.i, mr * nr)), name="mxi")
-                for r in range(rows):
-                    for v in range(nvec):
-                        vx.store(acc[r][v], vx.gep(mrow, r * nr + v * vw))
-                xl.close()
                 # output transform, one channel row at a time (a runtime loop keeps the code small)
                 m0 = b.mul(mb, ir.Constant(I64, mr), name="m0")
                 rl = Loop(vx, "wino.r", 0, rows)
@@ -1219,7 +1258,7 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
                 bias_v = vx.load_splat(vx.gep(bias_p, chan), name="bias")
                 orow = vx.gep(out_img, vx.off((chan, geo.P)), name="orow")
                 rrow = vx.gep(res_img, vx.off((chan, geo.P)), name="rrow") if has_residual else None
-                mrow = vx.gep(mbuf, vx.off((rl.i, nr)), name="mrow")
+                mrow = vx.gep(mb_products, vx.off((rl.i, nr)), name="mrow")
                 for v in range(nvec):
                     mv = [vx.load(vx.gep(mrow, xi * mr * nr + v * vw), name="mv") for xi in range(T)]
                     for k, y in enumerate(_wino_output(vx, mv, ah, aw)):
@@ -1232,7 +1271,7 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
                         vx.scatter(val, vx.ptrs(vx.gep(orow, shift), opix[v], name="outp"), ok)
                 rl.close()
 
-            block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=tile)
+            chunk_loop(vx, C, cc, chunk)
 
         full_or_edge_panel(b, nb, nfull=nfull, edge=t_edge, nv=nv, vw=vw, run=run)
 
