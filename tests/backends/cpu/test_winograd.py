@@ -88,22 +88,37 @@ def test_winograd_against_interpreter(name: str, tile, isa: str, monkeypatch) ->
 
 
 @pytest.mark.parametrize("name,tile", [("many_tiles_26x21", F24), ("resnet_28_C128", F24), ("batch2_9x9", F24),
-                                       ("rect_asym_pads", F22)])
-def test_channel_chunks_against_interpreter(name: str, tile, monkeypatch) -> None:
-    """A transformed input past WINO_INPUT_BYTES runs in channel chunks (the products carried across them in
-    scratch): the same results as the interpreter at 1 and 3 threads."""
+                                       ("rect_asym_pads", F22), ("odd_13x13_C19_M37", F44)])
+def test_by_product_in_chunks_against_interpreter(name: str, tile, monkeypatch) -> None:
+    """A panel's transformed input past WINO_INPUT_BYTES runs product by product (weights packed for it), in
+    channel chunks past WINO_PRODUCT_BYTES (the products carried across them in scratch): the same results
+    as the interpreter at 1 and 3 threads."""
     x_shape, m, pads = SHAPES[name]
     monkeypatch.setattr(conv, "WINOGRAD_TILES", (tile,))
-    monkeypatch.setattr(conv, "WINO_INPUT_BYTES", 36 * 16 * 4 * 5)  # 5 channels of a 16-tile panel of F(2x4)
+    monkeypatch.setattr(conv, "WINO_INPUT_BYTES", 1024)
+    monkeypatch.setattr(conv, "WINO_PRODUCT_BYTES", 16 * 4 * 5)  # 5 channels of a 16-tile panel
     geo = _geo(x_shape, m, pads)
-    T = (tile[0] + 2) * (tile[1] + 2)
-    cc = conv._wino_chunk(geo, T, conv._wino_panel(geo, *tile, 16))
+    assert conv._wino_by_product(geo, *tile, 16)
+    cc = conv._wino_chunk(geo, conv._wino_panel(geo, *tile, 16))
     assert 1 <= cc < geo.Cg, cc
     model, feeds = _model(x_shape, m, pads)
     want = glowpy.compile(model, backend="interpreter").run(feeds)["out"]
     for threads in (1, 3):
         got = glowpy.compile(model, backend="cpu", threads=threads, cache=False).run(feeds)["out"]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"threads={threads}")
+
+
+def test_wide_panels_where_weights_stream(monkeypatch) -> None:
+    """Streamed transformed weights: a panel takes every tile (up to WINO_WIDE_VECTORS vectors), so the
+    weights are read once per map; cached ones keep choose_tile's width."""
+    monkeypatch.setattr(conv, "WINOGRAD_TILES", (F24,))
+    big = _geo((1, 2048, 28, 28), 512, (1, 1, 1, 1))  # fcn_resnet50's head: 98 tiles, 151 MB of weights
+    assert not conv._wino_weights_cached(big, *F24)
+    assert conv._wino_panel(big, *F24, 16) == 7 * 16 and conv._wino_by_product(big, *F24, 16)
+    small = _geo((1, 128, 28, 28), 128, (1, 1, 1, 1))
+    assert conv._wino_weights_cached(small, *F24) and conv._wino_panel(small, *F24, 16) == 2 * 16
+    resnet14 = _geo((1, 256, 14, 14), 256, (1, 1, 1, 1))  # 28 tiles: one panel either way, by row block
+    assert conv._wino_panel(resnet14, *F24, 16) == 2 * 16 and not conv._wino_by_product(resnet14, *F24, 16)
 
 
 @pytest.mark.parametrize("vw", [16, 8])

@@ -1082,25 +1082,38 @@ def _pack_winograd(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     taps = gh.shape[0] * gw.shape[0]
     mr, _ = choose_tile(M, vw)
     mblocks = math.ceil(M / mr)
-    out = np.zeros((mblocks, taps, C, mr), dtype=np.float32)
+    by_product = _wino_by_product(geo, mh, mw, vw)
+    out = np.zeros((taps, mblocks, C, mr) if by_product else (mblocks, taps, C, mr), dtype=np.float32)
     for mb in range(mblocks):
         rows = w[mb * mr:min(M, (mb + 1) * mr)].astype(np.float64)
         u = np.einsum("ai,mcij,bj->abcm", gh, rows, gw).reshape(taps, C, rows.shape[0])
-        out[mb, :, :, :rows.shape[0]] = u
+        if by_product:
+            out[:, mb, :, :rows.shape[0]] = u
+        else:
+            out[mb, :, :, :rows.shape[0]] = u
     return [out.ravel(), bias]
 
 
-# A panel's transformed input (T x C x NR floats) is read again by every row block: past this size it
-# leaves L2, so the channels run in chunks of at most this much, every row block's T products accumulating
-# across the chunks in scratch. Xeon (2 MiB L2): fcn_resnet50's 2048 -> 512 head on 28x28 (9.4 MB per
-# panel, 5 chunks) 93.6 -> 88.5 ms cold at 1 thread, the model at 2 threads 173 -> 163-166 ms; 512 KiB
-# chunks put ResNet-50's 14x14 layers (1.2 MB) at 1.3x their time.
+# A panel's transformed input (T x C x NR floats) is read again by every row block. Where it fits
+# WINO_INPUT_BYTES (L2) the GEMMs run row block by row block, all T products of one at a time. Past it they
+# run product by product (`_wino_by_product`): one product's transformed input, in chunks of channels within
+# WINO_PRODUCT_BYTES, stays cached while every row block streams its weights for that product (packed
+# [T][m-block][C][MR] for it), the products of all row blocks kept in scratch until the last chunk. Xeon,
+# 1 thread: fcn_resnet50's 2048 -> 512 head on 28x28 (98 F(2x4) tiles, 33 MB of transformed input) 90 ->
+# 50 ms (2 MiB chunks 58 ms, 128 KiB 51 ms); by product, ResNet-50's 7x7 layers (0.5 MB) took 1.2-1.35x.
 WINO_INPUT_BYTES = 2 << 20
+WINO_PRODUCT_BYTES = 512 << 10
 
 
-def _wino_chunk(geo: _Geometry, T: int, nr: int) -> int:
-    """Channels per chunk of the Winograd reduction, balanced (the whole C where it fits WINO_INPUT_BYTES)."""
-    cc = max(1, min(geo.Cg, WINO_INPUT_BYTES // (T * nr * 4)))
+def _wino_by_product(geo: _Geometry, mh: int, mw: int, vw: int) -> bool:
+    """Whether a panel's transformed input exceeds WINO_INPUT_BYTES: the GEMMs then run product by product."""
+    return (mh + 2) * (mw + 2) * geo.Cg * _wino_panel(geo, mh, mw, vw) * 4 > WINO_INPUT_BYTES
+
+
+def _wino_chunk(geo: _Geometry, nr: int) -> int:
+    """Channels per chunk of the product-by-product reduction, balanced: chunk x NR floats of one product's
+    transformed input within WINO_PRODUCT_BYTES (the whole C where it fits)."""
+    cc = max(1, min(geo.Cg, WINO_PRODUCT_BYTES // (nr * 4)))
     return math.ceil(geo.Cg / math.ceil(geo.Cg / cc))
 
 
@@ -1109,11 +1122,21 @@ def _wino_chunk(geo: _Geometry, T: int, nr: int) -> int:
 WINO_PIXEL_PANELS = 8
 
 
+# Where the transformed weights are streamed (not cached), each panel reads all of them: a panel then takes
+# up to this many vectors of tiles, computed in register tiles of choose_tile's width, so the weights are
+# read once per map rather than once per register panel (fcn_resnet50's 2048 -> 512 head on 28x28: 98
+# F(2x4) tiles, 151 MB of weights, were read 4 times).
+WINO_WIDE_VECTORS = 8
+
+
 def _wino_panel(geo: _Geometry, mh: int, mw: int, vw: int) -> int:
     """Tiles per panel (NR): choose_tile's vectors, fewer where there are few tiles (a narrower panel
-    keeps the T B panels dense, in L1)."""
-    nv = choose_tile(geo.M, vw)[1]
-    return min(nv, math.ceil(_wino_tiles(geo, mh, mw)[2] / vw)) * vw
+    keeps the T B panels dense, in L1); with streamed weights, all the tiles in as few panels of at most
+    WINO_WIDE_VECTORS vectors as hold them."""
+    vecs = math.ceil(_wino_tiles(geo, mh, mw)[2] / vw)
+    if not _wino_weights_cached(geo, mh, mw):
+        return math.ceil(vecs / math.ceil(vecs / WINO_WIDE_VECTORS)) * vw
+    return min(choose_tile(geo.M, vw)[1], vecs) * vw
 
 
 def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw) -> KernelInfo:
@@ -1122,27 +1145,29 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     runs the T GEMMs with the register-blocked micro-kernel (transformed weights packed [m-block][T][C][MR]
     at compile time), keeps the T results in scratch, and transforms them back to mh x mw pixels per tile
     with bias, residual and activation (scatter into NCHW). Where a panel's transformed input exceeds
-    WINO_INPUT_BYTES this runs per chunk of channels, the products of every row block carried across the
-    chunks in scratch and transformed back after the last."""
+    WINO_INPUT_BYTES the GEMMs run product by product instead, per chunk of channels, the products of every
+    row block kept in scratch and transformed back after the last chunk."""
     C, M = geo.Cg, geo.M
     mh, mw = winograd_tile(geo, vw)
     ah, aw = mh + 2, mw + 2
     T = ah * aw
     th, tw, tiles = _wino_tiles(geo, mh, mw)
     d = geo.dh
-    mr, _ = choose_tile(M, vw)
+    mr, nvt = choose_tile(M, vw)  # the register tile: MR rows x NVT vectors of tiles
     nr = _wino_panel(geo, mh, mw, vw)
     nv = nr // vw
+    nvt = min(nvt, nv)
     mblocks, mfull = math.ceil(M / mr), M // mr
     nblocks, nfull = math.ceil(tiles / nr), tiles // nr
     t_edge = tiles - nfull * nr
 
     packed = _pack_winograd(geo, w, bias, vw)
-    cc = _wino_chunk(geo, T, nr)
+    by_product = _wino_by_product(geo, mh, mw, vw)
+    cc = _wino_chunk(geo, nr) if by_product else C
     chunks = math.ceil(C / cc)
     vbuf_floats = T * cc * nr
-    # one row block's T products; with chunks, every row block's, kept across the chunks
-    mbuf_floats = T * mr * nr * (mblocks if chunks > 1 else 1)
+    # one row block's T products, or by product every row block's
+    mbuf_floats = T * mr * nr * (mblocks if by_product else 1)
     scratch_bytes = (vbuf_floats + mbuf_floats) * 4 + 64
 
     fn = kernel_function(module, name, len(packed))
@@ -1210,7 +1235,7 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
 
             def products(mb):
                 """Row block mb's T products, [xi][MR][NR]."""
-                return vx.gep(mbuf, vx.off((mb, T * mr * nr))) if chunks > 1 else mbuf
+                return vx.gep(mbuf, vx.off((mb, T * mr * nr))) if by_product else mbuf
 
             def chunk(c0, ncc, first, last) -> None:
                 """Channels [c0, c0 + ncc): the input transform into V, then every row block's T GEMMs,
@@ -1226,31 +1251,48 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
                         vx.store(val, vx.gep(vbuf, vx.off((lp.i, nr), xi * cc * nr + v * vw)))
                 lp.close()
 
-                def tile(mb, edge: bool) -> None:
+                def gemms(mb, edge: bool, xi) -> None:
+                    """Row block mb's product xi over this chunk, for every register tile of the panel
+                    (each reads the same row block of weights)."""
                     rows = M - mfull * mr if edge else mr
-                    mb_products = products(mb)
+                    at = ((xi, mblocks * C * mr), (mb, C * mr)) if by_product else ((mb, T * C * mr), (xi, C * mr))
+                    a_ptr = vx.gep(w_p, vx.off(*at, (c0, mr)), name="uxi")
+                    for v0 in range(0, nvec, nvt):
+                        nvs = min(nvt, nvec - v0)
+                        b_ptr = vx.gep(vbuf, vx.off((xi, cc * nr), v0 * vw), name="vxi")
+                        mrow = vx.gep(products(mb), vx.off((xi, mr * nr), v0 * vw), name="mxi")
+                        flat = choose(vx, first, lambda n=nvs: [vx.zero] * (rows * n),
+                                      lambda p=mrow, n=nvs: [vx.load(vx.gep(p, r * nr + v * vw), name="part")
+                                                             for r in range(rows) for v in range(n)])
+                        acc = emit_tile(vx, mr=rows, nv=nvs, kc=ncc, a_ptr=a_ptr, a_rs=1, a_ks=mr, b_ptr=b_ptr,
+                                        b_ks=nr, init=[flat[r * nvs:(r + 1) * nvs] for r in range(rows)],
+                                        a_prefetch=WINO_PREFETCH_FLOATS, name="wino")
+                        for r in range(rows):
+                            for v in range(nvs):
+                                vx.store(acc[r][v], vx.gep(mrow, r * nr + v * vw))
+
+                if by_product:
+                    # product-major: each product's transformed input stays cached while every row block
+                    # streams its weights for that product
+                    xl = Loop(vx, "wino.xi", 0, T)
+                    block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull,
+                               body=lambda mb, edge: gemms(mb, edge, xl.i))
+                    xl.close()
+                    return
+
+                def tile(mb, edge: bool) -> None:
                     # the T GEMMs, one runtime loop so the micro-kernel is emitted once
                     xl = Loop(vx, "wino.xi", 0, T)
-                    a_ptr = vx.gep(w_p, vx.off((mb, T * C * mr), (xl.i, C * mr), (c0, mr)), name="uxi")
-                    b_ptr = vx.gep(vbuf, vx.off((xl.i, cc * nr)), name="vxi")
-                    mrow = vx.gep(mb_products, vx.off((xl.i, mr * nr)), name="mxi")
-                    flat = choose(vx, first, lambda: [vx.zero] * (rows * nvec),
-                                  lambda: [vx.load(vx.gep(mrow, r * nr + v * vw), name="part")
-                                           for r in range(rows) for v in range(nvec)])
-                    acc = emit_tile(vx, mr=rows, nv=nvec, kc=ncc, a_ptr=a_ptr, a_rs=1, a_ks=mr, b_ptr=b_ptr,
-                                    b_ks=nr, init=[flat[r * nvec:(r + 1) * nvec] for r in range(rows)],
-                                    a_prefetch=WINO_PREFETCH_FLOATS, name="wino")
-                    for r in range(rows):
-                        for v in range(nvec):
-                            vx.store(acc[r][v], vx.gep(mrow, r * nr + v * vw))
+                    gemms(mb, edge, xl.i)
                     xl.close()
-                    when(vx, last, lambda: out_transform(mb, edge, mb_products), lambda: None)
+                    when(vx, last, lambda: out_transform(mb, edge), lambda: None)
 
                 block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=tile)
 
-            def out_transform(mb, edge: bool, mb_products) -> None:
+            def out_transform(mb, edge: bool) -> None:
                 """Row block mb's products to mh x mw pixels per tile, with bias, residual and activation."""
                 rows = M - mfull * mr if edge else mr
+                mb_products = products(mb)
                 # output transform, one channel row at a time (a runtime loop keeps the code small)
                 m0 = b.mul(mb, ir.Constant(I64, mr), name="m0")
                 rl = Loop(vx, "wino.r", 0, rows)
@@ -1272,6 +1314,8 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
                 rl.close()
 
             chunk_loop(vx, C, cc, chunk)
+            if by_product:
+                block_loop(vx, lo=mb_lo, hi=mb_hi, blocks=mblocks, full=mfull, body=out_transform)
 
         full_or_edge_panel(b, nb, nfull=nfull, edge=t_edge, nv=nv, vw=vw, run=run)
 
