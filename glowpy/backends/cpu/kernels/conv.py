@@ -380,6 +380,11 @@ def _pixel_tile(geo: _Geometry, vw: int) -> tuple[int, int]:
         # 6 x 4: 10 loads per 24 fma instead of 8 x 2's 10 per 16; on large maps (ResNet's 112x112 and
         # 56x56) 4-9% faster in the model, on 28x28 ones with a residual 3% slower (measured on a Xeon)
         return 6, 4
+    if vw >= 16 and not geo.direct and geo.Mg >= 8:
+        # 8 x 3 on a packed panel (im2col, phase planes) of a smaller map: 24 fma's per 11 loads; ResNet-50's
+        # 3x3 stride-2 conv to 28x28 in the model, Xeon, thread CPU time: 1.81 -> 1.74 ms at 1 thread, 0.99
+        # -> 0.94 ms at 2 (8 x 2 before)
+        return 8, 3
     return choose_tile(geo.Mg, vw)
 
 
