@@ -34,14 +34,18 @@ def test_small_map_selection(x_shape, w_shape, kind: str, vw: int) -> None:
 
 def test_channel_tile_by_width() -> None:
     """AVX-512 direct 1x1 convs into 256+ channels take 6 pixels x 4 vectors, or 7 x 3 where 7-pixel blocks
-    pad fewer pixels; AVX2 stays in 16 registers."""
+    pad fewer pixels; packed pixels (strided) into 3+ vectors of channels 7 x 3, into fewer choose_tile's;
+    AVX2 stays in 16 registers."""
     geo = _geometry((1, 512, 7, 7), (2048, 512, 1, 1), {})
     assert conv._channel_tile(geo, 16) == (7, 3)
     assert conv._channel_tile(_geometry((1, 512, 10, 10), (2048, 512, 1, 1), {}), 16) == (6, 4)
     pr, nv = conv._channel_tile(geo, 8)
     assert pr * nv + nv + 1 <= 16
     strided = _geometry((1, 512, 14, 14), (2048, 512, 1, 1), dict(strides=(2, 2)))
-    assert conv._channel_tile(strided, 16) == conv.choose_tile(49, 16)
+    assert conv._channel_tile(strided, 16) == (7, 3)
+    narrow = _geometry((1, 512, 14, 14), (32, 512, 1, 1), dict(strides=(2, 2)))
+    assert conv._channel_tile(narrow, 16) == conv.choose_tile(49, 16)
+    assert conv._channel_tile(strided, 8) == conv.choose_tile(49, 8)
 
 
 # id: (x_shape, w_shape, attrs); every one runs on the channel path (asserted)
