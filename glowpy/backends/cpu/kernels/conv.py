@@ -675,9 +675,9 @@ def _channel_tile(geo: _Geometry, vw: int) -> tuple[int, int]:
         return 6, 4
     if vw >= 16 and not geo.direct and geo.Mg >= 3 * vw:
         # 7 x 3 on packed pixels (strided convs) of 3+ channel vectors: ResNet-50's stride-2 convs to 14x14 and
-        # 7x7 in the model, Xeon, thread CPU time, two runs each: 1 thread 3-12% faster each (about 0.4 ms in
-        # all), 2 threads 1-7% on three of four, the 3x3 to 14x14 1-5% slower (choose_tile's 7 x 2 before;
-        # 8 x 3 and 6 x 4 were mixed)
+        # 7x7 in the model, Xeon, thread CPU time, two runs each: 1 thread 2-12% faster each (0.4-0.5 ms in
+        # all); 2 threads the downsamples 3-7% and the 3x3 to 7x7 2-3% faster, the 3x3 to 14x14 1-5% slower
+        # (choose_tile's 7 x 2 before; 8 x 3 and 6 x 4 were mixed)
         return 7, 3
     return choose_tile(geo.P, vw)
 
@@ -1156,8 +1156,9 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     runs the T GEMMs with the register-blocked micro-kernel (transformed weights packed [m-block][T][C][MR]
     at compile time), keeps the T results in scratch, and transforms them back to mh x mw pixels per tile
     with bias, residual and activation (scatter into NCHW). Where a panel's transformed input exceeds
-    WINO_INPUT_BYTES the GEMMs run product by product instead, per chunk of channels, the products of every
-    row block kept in scratch and transformed back after the last chunk."""
+    WINO_INPUT_BYTES the GEMMs run product by product instead (weights packed [T][m-block][C][MR]), per
+    chunk of channels, the products of every row block kept in scratch and transformed back after the last
+    chunk."""
     C, M = geo.Cg, geo.M
     mh, mw = winograd_tile(geo, vw)
     ah, aw = mh + 2, mw + 2
@@ -1175,7 +1176,6 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     packed = _pack_winograd(geo, w, bias, vw)
     by_product = _wino_by_product(geo, mh, mw, vw)
     cc = _wino_chunk(geo, nr) if by_product else C
-    chunks = math.ceil(C / cc)
     vbuf_floats = T * cc * nr
     # one row block's T products, or by product every row block's
     mbuf_floats = T * mr * nr * (mblocks if by_product else 1)
@@ -1192,7 +1192,7 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
     mbuf = vx.gep(vbuf, vbuf_floats, name="products")
     # Balanced by compute where the transformed weights stay cached (ResNet-50's 28x28 maps: 3 full panels
     # of F(2x4) tiles and one of 2 tiles); else every panel streams all the weights, a narrow one as long as
-    # a full one, so by count (fcn_resnet50's 2048 -> 512 head, 100 MB of weights: 3% slower by compute)
+    # a full one, so by count (fcn_resnet50's 2048 -> 512 head, 151 MB of weights: 3% slower by compute)
     if _wino_weights_cached(geo, mh, mw):
         lo, hi = _cost_range(b, tid, nthreads, images=geo.N, panels=nblocks, mblocks=mblocks, full_cost=nv,
                              edge_cost=math.ceil(t_edge / vw) if t_edge else nv)
@@ -1250,10 +1250,11 @@ def _emit_winograd(module, name, geo: _Geometry, w, bias, activation, params, ha
 
             def chunk(c0, ncc, first, last) -> None:
                 """Channels [c0, c0 + ncc): the input transform into V, then every row block's T GEMMs,
-                starting from the products of the chunks before (the last chunk transforms them out)."""
+                starting from the products of the chunks before (row block by row block, the last chunk
+                transforms them out; product by product, the panel does after its last chunk)."""
                 # input transform: V[xi][c][tile] into T panels of ncc x NR (xi stride cc * NR)
                 lp = Loop(vx, "wino.c", 0, ncc)
-                plane = vx.gep(x_img, vx.off((vx.off(c0, lp.i) if chunks > 1 else lp.i, geo.HW)), name="plane")
+                plane = vx.gep(x_img, vx.off((vx.off(c0, lp.i), geo.HW)), name="plane")
                 for v in range(nvec):
                     pat = [[vx.gather(vx.gep(plane, (i * d - geo.pt) * geo.W + j * d - geo.pl), origin[v],
                                       tapmask[v][aw * i + j], name=f"d{i}{j}") for j in range(aw)]
