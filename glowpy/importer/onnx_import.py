@@ -181,6 +181,13 @@ class GraphHost(Host):
     def node_done(self, index: int, node: NodeProto, opset: int) -> None:
         pass
 
+    def release(self) -> None:
+        """Forget the walk's name table and folded values. The host sits in reference cycles: they would
+        keep every weight the optimizer replaces (BatchNorm folding) alive until the cyclic collector
+        runs, which the passes pause: two copies of a model's weights at the peak."""
+        self.values.clear()
+        self._folded.clear()
+
     def finish(self, outputs: list[Value]) -> None:
         self.graph.outputs = outputs
         # Weights consumed at import (shape operands, ConstantOfShape sizes) are no longer referenced.
@@ -292,6 +299,7 @@ def import_model(model: ModelLike, shapes: ShapeMap | None = None, *, base_dir: 
     proto, found_dir = read_model(model, lean=True)
     host = GraphHost(proto, base_dir or found_dir, owns_proto=owned or proto is not model)
     Walk(proto, host, shapes).run()
+    host.release()
     return host.graph
 
 

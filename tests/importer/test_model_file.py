@@ -187,3 +187,34 @@ def test_file_digest_is_the_bytes_digest(tmp_path: Path, monkeypatch: pytest.Mon
     with open(tmp_path / "m.onnx", "rb") as f:
         with pytest.raises(OSError, match="read"):
             digest.file_digest(f.fileno(), len(data) + 10)
+
+
+def test_weights_the_optimizer_replaces_die_with_the_import_host(tmp_path: Path) -> None:
+    """The import's host is cyclic garbage once the walk is done; its name table must not keep the
+    weights BatchNorm folding replaces alive through the passes (which pause the cyclic collector):
+    a cold compile of an unfused ResNet-50 would hold the old and the new weights at once."""
+    import weakref
+
+    from glowpy.backends import get_backend
+    from glowpy.optimizer import optimize
+
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    bn = [np.abs(rng.standard_normal(8)).astype(np.float32) + 0.5 for _ in range(4)]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])]
+    inits = [numpy_helper.from_array(a, n) for a, n in zip([w, *bn], "wsbmv")]
+    graph = helper.make_graph(nodes, "convbn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])], inits)
+    path = tmp_path / "convbn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    gc.collect()
+    gc.disable()
+    try:
+        g = import_model(path)
+        old = weakref.ref(g.constants["w"].data)
+        optimize(g, get_backend("cpu"), in_place=True)
+        assert "w" not in g.constants and [n.op for n in g.nodes] == ["Conv"]
+        assert old() is None, "the folded conv's original weights are still referenced"
+    finally:
+        gc.enable()
