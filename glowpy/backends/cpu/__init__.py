@@ -40,6 +40,7 @@ from glowpy.backends.base import Backend, Executable
 from glowpy.backends.cpu import codegen, parallel
 from glowpy.backends.cpu.activations import EMITTERS
 from glowpy.backends.cpu.cache import ObjectCache, cache_key, graph_signature
+from glowpy.backends.cpu.hugepages import return_free_heap
 from glowpy.backends.cpu.irutil import supported_dtype
 from glowpy.backends.cpu.loops import check_loop
 from glowpy.backends.cpu.lowering import ALIAS_OPS, ELEMENTWISE_OPS, KERNELS
@@ -559,20 +560,13 @@ class CpuBackend(Backend):
             # The IR objects the build made are cyclic garbage the paused collector kept (30 MiB for
             # ResNet-50), all in the youngest generation: freed before LLVM's peak, not after it.
             gc.collect(0)
-        _return_free_heap()  # LLVM's transient peak then starts from what is live, not from freed import buffers
+        return_free_heap()  # LLVM's transient peak then starts from what is live, not from freed import buffers
         obj = parallel.compile_program(str(program.module), program.kernel_defs, program.kernel_decls, target,
                                        store, bar.kernels)
-        _return_free_heap()  # what LLVM freed, mostly in its threads' malloc arenas, before the arena and the run
+        return_free_heap()  # what LLVM freed, mostly in its threads' malloc arenas, before the arena and the run
         bar.stage("link")
         return obj
 
-
-def _return_free_heap() -> None:
-    """Give freed malloc memory back to the OS (glibc keeps it otherwise); a no-op elsewhere."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 __all__ = ["CpuBackend", "CpuExecutable", "RunProfile", "SUPPORTED_OPS", "StepInfo", "resolve_threads"]

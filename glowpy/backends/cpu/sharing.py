@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
+from glowpy.backends.cpu.hugepages import MIN_BYTES, WeightBlock, inactive
 from glowpy.backends.cpu.kernels import batched, conv, linalg
 from glowpy.backends.cpu.kernels.common import KernelInfo
 from glowpy.errors import InternalError
@@ -64,19 +65,39 @@ def _looks_like_gather(values: dict[str, np.ndarray], packed: list[np.ndarray]) 
     return abs(got - want) <= 1e-5 * max(want, 1e-30)
 
 
+# numpy advises huge pages for arrays of this size on (a packer of its own makes such ones in the block).
+NUMPY_BYTES = 4 << 20
+
+
 class KernelSharing:
-    """Generated kernels by configuration; `kmod` makes the module a new kernel is built in."""
+    """Generated kernels by configuration; `kmod` makes the module a new kernel is built in. The packed
+    arrays of the kernels it hands out live in huge-page memory from the start (the generator's own
+    copies die at once: the process never holds a model's packed weights twice)."""
 
     def __init__(self, kmod: Callable[[], ir.Module], release_weights: bool) -> None:
         self.kmod = kmod
         self.release_weights = release_weights
         self._shared: dict[tuple, dict[str, Any]] = {}
+        self._block = WeightBlock()
+
+    def _placed(self, info: KernelInfo) -> KernelInfo:
+        """`info` with its packed arrays in the weight block: the packers' big ones are there already
+        (hugepages.zeros / contiguous); others of MIN_BYTES or more are copied in, up to NUMPY_BYTES
+        (numpy advises huge pages from there on itself, and a copy would hold a big weight a third
+        time: graph, packer, copy)."""
+        info.packed = [self._block.place(p) if (isinstance(p, np.ndarray) and MIN_BYTES <= p.nbytes < NUMPY_BYTES
+                                                 and not self._block.owns(p)) else p for p in info.packed]
+        return info
 
     def generate(self, gen: Callable[..., KernelInfo], name: str, weight_keys: tuple[str, ...],
                  **kwargs: Any) -> KernelInfo:
-        """Call a kernel generator; steps with the same configuration share one function.
+        """Call a kernel generator; steps with the same configuration share one function (`_generate`)."""
+        with self._block.active():
+            return self._placed(self._generate(gen, name, weight_keys, **kwargs))
 
-        A generator's code depends on shapes and attributes, its weights travel as packed arrays
+    def _generate(self, gen: Callable[..., KernelInfo], name: str, weight_keys: tuple[str, ...],
+                  **kwargs: Any) -> KernelInfo:
+        """A generator's code depends on shapes and attributes, its weights travel as packed arrays
         (pointers), so a second conv of the same configuration only needs its own packed arrays. Their
         layout is learned once per configuration by packing position-coded weights (1, 2, 3, ...)
         in a throwaway module, and checked bit for bit against the real packing of the first
@@ -127,7 +148,8 @@ class KernelSharing:
         for k, v in values.items():
             coded[k] = np.arange(at, at + v.size, dtype=np.float64).astype(np.float32).reshape(v.shape)
             at += v.size
-        probe = gen(ir.Module(name="glowpy.probe"), name, **{**kwargs, **coded})
+        with inactive():  # a throwaway packing: not in the weight block
+            probe = gen(ir.Module(name="glowpy.probe"), name, **{**kwargs, **coded})
         first: KernelInfo = entry["info"]
         if len(probe.packed) != len(first.packed):
             return None

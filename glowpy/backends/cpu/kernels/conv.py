@@ -31,7 +31,7 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from glowpy.backends.cpu import activations
+from glowpy.backends.cpu import activations, hugepages
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.vector import (
     I32,
@@ -395,7 +395,7 @@ def _pack_gemm_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     mblocks = math.ceil(geo.Mg / mr)
     wg = np.zeros((geo.group, mblocks * mr, kg), np.float32)
     wg[:, :geo.Mg] = w.reshape(geo.group, geo.Mg, kg)
-    return [np.ascontiguousarray(wg.reshape(geo.group, mblocks, mr, kg).transpose(0, 1, 3, 2)).ravel(), bias]
+    return [hugepages.contiguous(wg.reshape(geo.group, mblocks, mr, kg).transpose(0, 1, 3, 2)).ravel(), bias]
 
 
 def _pack_channel_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
@@ -408,7 +408,7 @@ def _pack_channel_conv(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     wg[:, :geo.Mg] = w.reshape(geo.group, geo.Mg, kg)
     bp = np.zeros((geo.group, mpanels * nr), np.float32)
     bp[:, :geo.Mg] = bias.reshape(geo.group, geo.Mg)
-    return [np.ascontiguousarray(wg.reshape(geo.group, mpanels, nr, kg).transpose(0, 1, 3, 2)).ravel(), bp.ravel()]
+    return [hugepages.contiguous(wg.reshape(geo.group, mpanels, nr, kg).transpose(0, 1, 3, 2)).ravel(), bp.ravel()]
 
 
 def _cost_range(b: ir.IRBuilder, tid, nthreads, *, images: int, panels: int, edge_cost: int, full_cost: int,
@@ -1094,7 +1094,7 @@ def _pack_winograd(geo: _Geometry, w, bias, vw) -> list[np.ndarray]:
     mr, _ = choose_tile(M, vw)
     mblocks = math.ceil(M / mr)
     by_product = _wino_by_product(geo, mh, mw, vw)
-    out = np.zeros((taps, mblocks, C, mr) if by_product else (mblocks, taps, C, mr), dtype=np.float32)
+    out = hugepages.zeros((taps, mblocks, C, mr) if by_product else (mblocks, taps, C, mr), dtype=np.float32)
     for mb in range(mblocks):
         rows = w[mb * mr:min(M, (mb + 1) * mr)].astype(np.float64)
         u = np.einsum("ai,mcij,bj->abcm", gh, rows, gw).reshape(taps, C, rows.shape[0])

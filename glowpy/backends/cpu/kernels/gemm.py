@@ -19,7 +19,7 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from glowpy.backends.cpu import activations
+from glowpy.backends.cpu import activations, hugepages
 from glowpy.backends.cpu import irutil as U
 from glowpy.backends.cpu.vector import (
     I32,
@@ -172,7 +172,7 @@ def emit_gemm(module: ir.Module, name: str, *, M: int, N: int, K: int, a_trans: 
         padded = np.zeros((K, nblocks * nr), np.float32)
         padded[:, :N] = bm
         b_const = len(packed)
-        packed.append(np.ascontiguousarray(padded.reshape(K, nblocks, nr).transpose(1, 0, 2)).ravel())
+        packed.append(hugepages.contiguous(padded.reshape(K, nblocks, nr).transpose(1, 0, 2)).ravel())
     bias_arg = None
     if bias_kind == "col":
         bb = np.asarray(bias, np.float32).reshape(-1)
