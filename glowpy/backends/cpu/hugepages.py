@@ -10,7 +10,8 @@ one (weights read from the cache entry, not mapped) 0.98x.
 - `WeightBlock`: bump allocation in such blocks. While one is `active()` (kernels/sharing.py, around a
   kernel generator), `zeros` and `contiguous` allocate the packers' big arrays there, so a big weight
   is never held a third time (graph, packer, copy); `place(a)` copies a smaller array in.
-- `read_file(f, size)`: a file's bytes (a model cache entry's weights) read into such memory.
+- `read_ranges(fd, ranges)`: ranges of a file (a model cache entry's packed weights) read into such
+  memory; a mapping of the file would put them on 4 KiB page-cache pages.
 Elsewhere than Linux (no MADV_HUGEPAGE) the memory is plain anonymous memory.
 """
 
@@ -19,9 +20,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import mmap
+import os
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import BinaryIO
 
 import numpy as np
 
@@ -136,17 +137,25 @@ def contiguous(a: np.ndarray) -> np.ndarray:
     return block.place(a)
 
 
-def read_file(f: BinaryIO, size: int) -> np.ndarray:
-    """The first `size` bytes of open file `f`, in huge-page memory (uint8). OSError if it is shorter."""
-    buf = anonymous(size)
-    view, done = memoryview(buf), 0
-    f.seek(0)
-    while done < size:
-        got = f.readinto(view[done:size])
-        if not got:
-            raise OSError(f"{getattr(f, 'name', 'file')}: {size - done} bytes short")
-        done += got
-    return buf[:size]
+def read_ranges(fd: int, ranges: list[tuple[int, int]]) -> list[np.ndarray]:
+    """The (offset, size) byte ranges of open file `fd`, read (not mapped) into one huge-page block (uint8
+    arrays, 64-byte aligned). OSError if the file is shorter."""
+    starts, total = [], 0
+    for _, n in ranges:
+        total = -(-total // ALIGN) * ALIGN
+        starts.append(total)
+        total += n
+    block = anonymous(total)
+    out = []
+    for (offset, n), at in zip(ranges, starts):
+        view, done = memoryview(block[at:at + n]), 0
+        while done < n:
+            got = os.preadv(fd, [view[done:]], offset + done)
+            if not got:
+                raise OSError(f"file ends {n - done} bytes short of a weight")
+            done += got
+        out.append(block[at:at + n])
+    return out
 
 
-__all__ = ["HUGE", "MIN_BYTES", "WeightBlock", "anonymous", "contiguous", "inactive", "read_file", "return_free_heap", "zeros"]
+__all__ = ["HUGE", "MIN_BYTES", "WeightBlock", "anonymous", "contiguous", "inactive", "read_ranges", "return_free_heap", "zeros"]

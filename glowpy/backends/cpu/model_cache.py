@@ -11,10 +11,11 @@ An entry is two files in the cache directory:
   without its weights, the executable's layout, the import summary, the object-code key and the
   layout of the weights file;
 - `model-<key>.w`: the executable's weights table exactly as the kernels read it (constants and the
-  packed arrays), each array at a 64-byte aligned offset. A hit reads it into memory on huge pages
-  (hugepages.py: a mapping of the file would put the weights on 4 KiB page-cache pages, ~5% slower runs
-  of ResNet-50). Its size and a digest of 64 sampled 4 KiB pages are checked (a truncated or replaced
-  file is refused); hashing all of it would cost more than the rest of a hit.
+  packed arrays), each array at a 64-byte aligned offset. A hit maps it read-only, and reads the packed
+  arrays the kernels stream into huge-page memory (hugepages.py: on the mapping's 4 KiB page-cache pages
+  ResNet-50 ran 2% slower); the rest (weights read in place, e.g. an embedding table) stays mapped, its
+  pages coming in on first use. Its size and a digest of 64 sampled 4 KiB pages are checked (a truncated
+  or replaced file is refused); hashing all of it would cost more than the rest of a hit.
 The weights file is written first and both go through a temporary file and os.replace, so a reader
 never sees a half-written entry. The write runs on a background thread (write_behind; flush() waits). A hit whose object code was evicted is a miss.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import mmap
 import os
 import pickle
 import sys
@@ -37,12 +39,12 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from glowpy.backends.cpu.cache import ObjectCache, atomic_write, source_digest, touch, warn_once
-from glowpy.backends.cpu.hugepages import read_file
+from glowpy.backends.cpu.hugepages import MIN_BYTES, read_ranges
 from glowpy.importer import DeferredModel
 from glowpy.importer.digest import content_digest, file_digest
 from glowpy.ir.graph import Graph, Node, Value
 
-FORMAT = 2
+FORMAT = 3
 ALIGN = 64
 PAGE = 4096
 SAMPLES = 64
@@ -213,6 +215,10 @@ def _layout(weights: list[np.ndarray]) -> tuple[list[tuple[int, tuple[int, ...],
     return out, offset
 
 
+def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
 def _sample_digest(read: Callable[[int, int], bytes], size: int) -> str:
     """A digest of 64 sampled pages; `read(start, n)` gives n bytes at start."""
     h = hashlib.sha256(str(size).encode())
@@ -256,7 +262,12 @@ class ModelCache:
         except OSError as e:
             self.store._write_failed(e)
             return False
-        meta = {**meta, "weights_layout": layout, "weights_bytes": size, "weights_digest": digest}
+        # The kernels' own arrays (packed: writable) are read into huge-page memory on a hit, the rest
+        # (the graph's weights a kernel reads in place, e.g. an embedding table gathered a few rows at a
+        # time) stays mapped, its pages read only where used.
+        streamed = [i for i, w in enumerate(weights) if w.flags.writeable and w.nbytes >= MIN_BYTES]
+        meta = {**meta, "weights_layout": layout, "weights_bytes": size, "weights_digest": digest,
+                "weights_streamed": streamed}
         try:
             blob = pickle.dumps(meta, protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, RecursionError, TypeError, AttributeError):
@@ -280,9 +291,11 @@ class ModelCache:
                 if os.fstat(f.fileno()).st_size != size:
                     warn_once(self.directory, "corrupt", f"ignored {path.name}: wrong size (rebuilt)")
                     return None
-                buf = read_file(f, size) if size else b""
-                if size:
-                    buf.flags.writeable = False  # as the kernels treat it
+                buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+                layout = meta["weights_layout"]
+                streamed = meta["weights_streamed"]
+                copies = dict(zip(streamed, read_ranges(f.fileno(), [(layout[i][0], _nbytes(*layout[i][1:]))
+                                                                      for i in streamed])))
         except FileNotFoundError:
             return None
         except OSError as e:
@@ -293,9 +306,13 @@ class ModelCache:
             return None
         touch(path)
         weights = []
-        for offset, shape, dtype in meta["weights_layout"]:
+        for i, (offset, shape, dtype) in enumerate(layout):
             dt = np.dtype(dtype)
             count = int(np.prod(shape, dtype=np.int64))
-            a = np.frombuffer(buf, dt, count, offset) if count else np.zeros(shape, dt)
+            if i in copies:
+                a = copies[i].view(dt)
+                a.flags.writeable = False  # as the mapped ones
+            else:
+                a = np.frombuffer(buf, dt, count, offset) if count else np.zeros(shape, dt)
             weights.append(a.reshape(shape))
         return ModelEntry(meta, weights)

@@ -3,7 +3,6 @@ compile and a model cache hit's weights land in memory advised MADV_HUGEPAGE, wi
 
 from __future__ import annotations
 
-import io
 import sys
 from pathlib import Path
 
@@ -65,23 +64,30 @@ def test_zeros_and_contiguous_use_the_active_block_for_big_arrays_only() -> None
     assert not blk.owns(hugepages.zeros((2, n)))  # the block is active only inside the with
 
 
-def test_read_file_reads_all_bytes_or_raises() -> None:
+def test_read_ranges_reads_exactly_or_raises(tmp_path: Path) -> None:
     data = bytes(range(256)) * 1000
-    buf = hugepages.read_file(io.BytesIO(data), len(data))
-    assert buf.tobytes() == data and buf.ctypes.data % HUGE == 0
-    with pytest.raises(OSError, match="bytes short"):
-        hugepages.read_file(io.BytesIO(data[:100]), 200)
+    (tmp_path / "f").write_bytes(data)
+    with open(tmp_path / "f", "rb") as f:
+        a, b, c = hugepages.read_ranges(f.fileno(), [(5, 1000), (0, 64), (100_000, 156_000)])
+        assert a.tobytes() == data[5:1005] and b.tobytes() == data[:64] and c.tobytes() == data[100_000:]
+        assert a.ctypes.data % HUGE == 0 and b.ctypes.data % hugepages.ALIGN == 0
+        with pytest.raises(OSError, match="bytes short"):
+            hugepages.read_ranges(f.fileno(), [(len(data) - 10, 20)])
 
 
 def conv_model(path: Path) -> None:
-    """Two 1x1 convs with 256 KiB weights each (packed: past MIN_BYTES)."""
+    """Two 1x1 convs with 256 KiB weights each (packed: past MIN_BYTES), and a 256 KiB table a Gather reads
+    in place (the graph's weight, not packed)."""
     rng = np.random.default_rng(3)
     inits = [numpy_helper.from_array(rng.standard_normal((256, 256, 1, 1)).astype(np.float32), "w1"),
-             numpy_helper.from_array(rng.standard_normal((256, 256, 1, 1)).astype(np.float32), "w2")]
+             numpy_helper.from_array(rng.standard_normal((256, 256, 1, 1)).astype(np.float32), "w2"),
+             numpy_helper.from_array(rng.standard_normal((256, 256)).astype(np.float32), "table"),
+             numpy_helper.from_array(np.array([3, 7], np.int64), "rows")]
     nodes = [helper.make_node("Conv", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("Conv", ["r", "w2"], ["y"])]
+             helper.make_node("Conv", ["r", "w2"], ["y"]), helper.make_node("Gather", ["table", "rows"], ["g"])]
     graph = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256, 8, 8])], inits)
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256, 8, 8]),
+                               helper.make_tensor_value_info("g", TensorProto.FLOAT, [2, 256])], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
@@ -91,15 +97,20 @@ def test_compiled_and_cached_weights_are_on_huge_page_memory(tmp_path: Path, mon
     conv_model(tmp_path / "m.onnx")
     x = np.random.default_rng(4).standard_normal((1, 256, 8, 8)).astype(np.float32)
     model = onnx.load(str(tmp_path / "m.onnx"))
-    w1, w2 = (numpy_helper.to_array(t).reshape(256, 256) for t in model.graph.initializer)
+    w1, w2, table = (numpy_helper.to_array(t).reshape(256, 256) for t in model.graph.initializer[:3])
     want = np.einsum("oc,cp->op", w2, np.maximum(np.einsum("oc,cp->op", w1, x.reshape(256, 64)), 0)).reshape(x.shape)
     for cached in (False, True):
         m = glowpy.compile(tmp_path / "m.onnx", backend="cpu", threads=1)
         glowpy.backends.cpu.model_cache.flush()
         assert m.cached == cached
         big = [w for w in m.executable._weight_arrays if w.nbytes >= MIN_BYTES]
-        assert len(big) == 2
-        assert all(advised_huge(w) for w in big)
+        packed = [w for w in big if not np.array_equal(w.reshape(-1), table.reshape(-1))]
+        assert len(big) == 3 and len(packed) == 2
+        assert all(advised_huge(w) for w in packed)
         if cached:
             assert not any(w.flags.writeable for w in big)  # as the cache entry's mapping was
-        np.testing.assert_allclose(m.run({"x": x})["y"], want, rtol=1e-4, atol=1e-3)
+            (kept,) = [w for w in big if w is not packed[0] and w is not packed[1]]
+            assert not advised_huge(kept)  # the table a Gather reads in place stays mapped
+        out = m.run({"x": x})
+        np.testing.assert_allclose(out["y"], want, rtol=1e-4, atol=1e-3)
+        np.testing.assert_array_equal(out["g"], table[[3, 7]])
