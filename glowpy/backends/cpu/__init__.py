@@ -202,8 +202,9 @@ class CpuExecutable(Executable):
         release = engine.get_function_address(RELEASE)
         if not release:
             raise InternalError("the compiled object has no pool release function", expected=RELEASE)
-        # The weights table points at the arrays where they are (graph constants, packed arrays, or
-        # the cache entry's mapped file): nothing is copied, so the process holds each weight once.
+        # The weights table points at the arrays where they are (graph constants, packed arrays in
+        # huge-page blocks, or a cache entry's: its packed arrays read into such a block, the rest of its
+        # file mapped): nothing is copied here, so the process holds each weight once.
         self._weight_arrays = list(layout.weights)
         self._weights = (ctypes.c_void_p * max(1, len(self._weight_arrays)))(
             *[a.ctypes.data for a in self._weight_arrays])
