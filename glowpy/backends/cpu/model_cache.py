@@ -291,18 +291,22 @@ class ModelCache:
                 if os.fstat(f.fileno()).st_size != size:
                     warn_once(self.directory, "corrupt", f"ignored {path.name}: wrong size (rebuilt)")
                     return None
-                buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+                # Sampled with pread, not through the mapping: a fault maps the whole folio around the
+                # page (up to 2 MiB), which put 89 of ResNet-50's 136 MiB in this process's RSS beside the
+                # copies of the packed arrays.
+                fd = f.fileno()
+                if _sample_digest(lambda start, n: os.pread(fd, n, start), size) != meta["weights_digest"]:
+                    warn_once(self.directory, "corrupt", f"ignored {path.name}: damaged (rebuilt)")
+                    return None
+                buf = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size else b""
                 layout = meta["weights_layout"]
                 streamed = meta["weights_streamed"]
-                copies = dict(zip(streamed, read_ranges(f.fileno(), [(layout[i][0], _nbytes(*layout[i][1:]))
-                                                                      for i in streamed])))
+                copies = dict(zip(streamed, read_ranges(fd, [(layout[i][0], _nbytes(*layout[i][1:]))
+                                                             for i in streamed])))
         except FileNotFoundError:
             return None
         except OSError as e:
             warn_once(self.directory, "read", f"cannot read {path.name} ({e.strerror or e}); compiling without it")
-            return None
-        if _sample_digest(lambda start, n: buf[start:start + n], size) != meta["weights_digest"]:
-            warn_once(self.directory, "corrupt", f"ignored {path.name}: damaged (rebuilt)")
             return None
         touch(path)
         weights = []
