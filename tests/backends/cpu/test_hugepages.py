@@ -114,3 +114,31 @@ def test_compiled_and_cached_weights_are_on_huge_page_memory(tmp_path: Path, mon
         out = m.run({"x": x})
         np.testing.assert_allclose(out["y"], want, rtol=1e-4, atol=1e-3)
         np.testing.assert_array_equal(out["g"], table[[3, 7]])
+
+
+@linux
+def test_cache_hit_holds_packed_weights_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hit reads the packed arrays into huge-page memory: the entry's file must not also come into the
+    RSS through its mapping (a digest sampled through it faults whole folios in)."""
+    from tests.importer.test_model_file import MIB, _peak_above_now
+
+    monkeypatch.setenv("GLOWPY_CACHE_DIR", str(tmp_path / "cache"))
+    w = np.random.default_rng(5).standard_normal((2048, 2048, 1, 1)).astype(np.float32)  # 16 MiB
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "big",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2048, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2048, 4, 4])],
+                              [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "big.onnx"))
+    x = {"x": np.ones((1, 2048, 4, 4), np.float32)}
+    glowpy.compile(tmp_path / "big.onnx", backend="cpu", threads=1).run(x)
+    glowpy.backends.cpu.model_cache.flush()
+
+    def hit():
+        m = glowpy.compile(tmp_path / "big.onnx", backend="cpu", threads=1)
+        assert m.cached
+        m.run(x)
+        return m
+
+    hit()  # warm: modules and tables a hit builds once
+    peak = _peak_above_now(hit)
+    assert peak < 1.5 * w.nbytes, f"a cache hit peaked {peak / MIB:.0f} MiB above its start for {w.nbytes / MIB:.0f} MiB"
