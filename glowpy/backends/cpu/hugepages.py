@@ -32,6 +32,8 @@ ALIGN = 64
 # Arrays this large go to a block; smaller ones would each take a share of a 2 MiB page for little TLB
 # reach (a small model's weights would cost a whole huge page).
 MIN_BYTES = 64 << 10
+# numpy advises huge pages itself for arrays from this size on (then not for their unaligned ends).
+NUMPY_BYTES = 4 << 20
 # A block is at least this large: fewer, larger mappings; untouched pages cost no memory.
 BLOCK_BYTES = 64 << 20
 # Placing this much returns the heap's free memory to the OS: the originals (and a compile's released
@@ -159,4 +161,4 @@ def read_ranges(fd: int, ranges: list[tuple[int, int]]) -> list[np.ndarray]:
     return out
 
 
-__all__ = ["HUGE", "MIN_BYTES", "WeightBlock", "anonymous", "contiguous", "inactive", "read_ranges", "return_free_heap", "zeros"]
+__all__ = ["HUGE", "MIN_BYTES", "NUMPY_BYTES", "WeightBlock", "anonymous", "contiguous", "inactive", "read_ranges", "return_free_heap", "zeros"]

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from glowpy.backends.cpu.hugepages import MIN_BYTES, WeightBlock, inactive
+from glowpy.backends.cpu.hugepages import MIN_BYTES, NUMPY_BYTES, WeightBlock, inactive
 from glowpy.backends.cpu.kernels import batched, conv, linalg
 from glowpy.backends.cpu.kernels.common import KernelInfo
 from glowpy.errors import InternalError
@@ -63,10 +63,6 @@ def _looks_like_gather(values: dict[str, np.ndarray], packed: list[np.ndarray]) 
     want = sum(float(np.abs(np.asarray(v, np.float64)).sum()) for v in values.values())
     got = sum(float(np.abs(np.asarray(p, np.float64)).sum()) for p in packed)
     return abs(got - want) <= 1e-5 * max(want, 1e-30)
-
-
-# numpy advises huge pages for arrays of this size on (a packer of its own makes such ones in the block).
-NUMPY_BYTES = 4 << 20
 
 
 class KernelSharing:
