@@ -3,7 +3,7 @@
 Each engine runs in its own fresh process (a worker: `python -m glowpy.bench SPEC`), the engines
 alternate for a few rounds, and figures are medians over the rounds. A fresh process per run keeps
 the engines apart (onnxruntime's pool threads spin after a run and would take the cores from the
-other engine's threads) and gives an honest peak RSS (ru_maxrss of a process that loaded, compiled
+other engine's threads) and gives an honest peak RSS (the high-water mark, VmHWM, of a process that loaded, compiled
 and ran one model).
 
     result = compare(path, engines=("glowpy", "onnxruntime"), threads=1, iterations=30, rounds=3)
@@ -64,10 +64,19 @@ def latency_stats(times: Sequence[float]) -> dict[str, float]:
 
 
 def peak_rss_mib() -> float:
-    """This process's peak resident set size."""
+    """This process's peak resident set size: Linux's VmHWM, the high-water mark of this program's own
+    memory (ru_maxrss carries the parent's through fork and exec: a worker started by a process holding
+    300 MiB reported 300 MiB for a 5 MiB model); elsewhere ru_maxrss."""
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024.0 if sys.platform != "darwin" else 1 << 20)
 
 
 def ort_session(path: str | Path, threads: int):

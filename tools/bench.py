@@ -8,7 +8,7 @@ Per model and thread count it measures
 - compile: glowpy cold (empty object-code cache: optimize + code generation + LLVM) and cached (a
   second process on the same cache; in parentheses with the ONNX import, as onnxruntime's figure
   includes its own parsing) against onnxruntime's session creation from the file; each in its own
-  subprocess, which also gives an honest peak RSS (ru_maxrss of a process that loads the model,
+  subprocess, which also gives an honest peak RSS (the high-water mark of a process that loads the model,
   compiles and runs it; "release_weights": the same with compile(..., release_weights=True), where the
   graph's copies of packed weights are dropped);
 - latency: each engine alone in a fresh process (onnxruntime's pool threads spin after a run and would
@@ -77,9 +77,11 @@ def model_path(name: str) -> Path:
 
 
 def make_input(path: Path) -> tuple[str, np.ndarray]:
-    import onnx
+    from glowpy.importer import read_model
 
-    m = onnx.load(str(path), load_external_data=False)
+    # lean: the weights stay in the file. This process's peak RSS is every worker's floor (Linux carries
+    # ru_maxrss through fork and exec), so it must not hold a model's weights even for a moment.
+    m, _ = read_model(str(path), lean=True)
     inits = {t.name for t in m.graph.initializer}
     (inp,) = [i for i in m.graph.input if i.name not in inits]
     shape = tuple(d.dim_value or 1 for d in inp.type.tensor_type.shape.dim)

@@ -181,3 +181,17 @@ def test_bench_rss_takes_paths_and_zoo_names(tmp_path: Path) -> None:
     made.write_bytes(b"already realized")
     assert model_path(name, tmp_path) == made
     assert made.read_bytes() == b"already realized"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is read from Linux's /proc")
+def test_worker_peak_rss_is_its_own_not_its_parents(mlp: Path, tmp_path: Path) -> None:
+    """ru_maxrss carries a parent's high-water mark through fork and exec: a worker started by a process
+    holding hundreds of MiB reported them as its own peak (tools/bench.py's RSS column had a ~310 MiB
+    floor). The worker reports its own."""
+    from glowpy.bench import run_worker
+
+    held = np.ones(40_000_000)  # 305 MiB in this process
+    spec = {"engine": "glowpy", "model": str(mlp), "threads": 1, "iterations": 2, "warmup": 0,
+            "inputs": str(tmp_path / "in.npz"), "backend": "cpu"}
+    peak = run_worker(spec, {"GLOWPY_CACHE_DIR": str(tmp_path / "cache")})["peak_rss_mib"]
+    assert 10 < peak < held.nbytes / 2**20 - 50, f"the worker reported {peak:.0f} MiB"
