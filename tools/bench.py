@@ -79,8 +79,7 @@ def model_path(name: str) -> Path:
 def make_input(path: Path) -> tuple[str, np.ndarray]:
     from glowpy.importer import read_model
 
-    # lean: the weights stay in the file. This process's peak RSS is every worker's floor (Linux carries
-    # ru_maxrss through fork and exec), so it must not hold a model's weights even for a moment.
+    # lean: the weights stay in the file (the input's name and shape are all this needs)
     m, _ = read_model(str(path), lean=True)
     inits = {t.name for t in m.graph.initializer}
     (inp,) = [i for i in m.graph.input if i.name not in inits]

@@ -1,9 +1,9 @@
 """The weights kernels read, on 2 MiB pages where the OS gives them.
 
-Kernels stream their packed weights (ResNet-50: 140 MiB per run, from memory). On 4 KiB pages every page
+Kernels stream their packed weights (ResNet-50: 136 MiB per run, from memory). On 4 KiB pages every page
 is a TLB miss and a page walk, and numpy advises huge pages only for arrays of 4 MiB or more (and then
 not for their unaligned ends), while most packed arrays are 64 KiB - 2 MiB. In blocks advised
-MADV_HUGEPAGE the whole weight table takes a few dozen TLB entries. Measured on a Xeon (AVX-512),
+MADV_HUGEPAGE ResNet-50's weight table takes about 70 TLB entries. Measured on a Xeon (AVX-512),
 ResNet-50, compiles alternating in one process: 0.93-0.96x the time of numpy's arrays at 1 thread and 2,
 and identical compiles no longer 2-3% apart; a cache hit reading its packed weights into such memory ran
 0.98x and 1.00x (two runs) the time of one mapping the entry's file.

@@ -13,8 +13,8 @@ An entry is two files in the cache directory:
 - `model-<key>.w`: the executable's weights table exactly as the kernels read it (constants and the
   packed arrays), each array at a 64-byte aligned offset. A hit maps it read-only, and reads the packed
   arrays the kernels stream into huge-page memory (hugepages.py: on the mapping's 4 KiB page-cache pages
-  ResNet-50 ran 2% slower); the rest (weights read in place, e.g. an embedding table) stays mapped, its
-  pages coming in on first use. Its size and a digest of 64 sampled 4 KiB pages are checked (a truncated
+  ResNet-50 ran 0-2% slower in two runs); the rest (weights read in place, e.g. an embedding table)
+  stays mapped, its pages coming in on first use. Its size and a digest of 64 sampled 4 KiB pages are checked (a truncated
   or replaced file is refused); hashing all of it would cost more than the rest of a hit.
 The weights file is written first and both go through a temporary file and os.replace, so a reader
 never sees a half-written entry. The write runs on a background thread (write_behind; flush() waits). A hit whose object code was evicted is a miss.
