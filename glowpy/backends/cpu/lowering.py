@@ -82,6 +82,7 @@ class Lowering:
         self.kernel_defs = self.texts.defs
         self.kernel_decls = self.texts.decls
         self._sharing = KernelSharing(self.kmod, release_weights)
+        self.panel_major: dict[int, int] | None = None  # select.panel_major's plan, made on first use
 
     def child(self, graph: Graph, module: ir.Module, prefix: str) -> Lowering:
         """The lowering of a Loop body (loops.py): single-threaded, its kernels named under `prefix`, its

@@ -30,7 +30,13 @@ from glowpy.backends.cpu.kernels import (
 )
 from glowpy.backends.cpu.kernels.attention import emit_attention
 from glowpy.backends.cpu.kernels.batched import emit_batched_gemm
-from glowpy.backends.cpu.kernels.conv import emit_conv2d, splits_pixels, splits_rows
+from glowpy.backends.cpu.kernels.conv import (
+    emit_conv2d,
+    panel_pixels,
+    reads_panels,
+    splits_pixels,
+    splits_rows,
+)
 from glowpy.backends.cpu.kernels.gemm import emit_gemm
 from glowpy.backends.cpu.kernels.quant import KERNELS as QUANT_KERNELS
 from glowpy.backends.cpu.kernels.squeeze_excite import emit_squeeze_excite
@@ -127,6 +133,59 @@ def _split_like_neighbours(low: Lowering, node: Node, x: Value, epi: Epilogue) -
     return ""
 
 
+# Activations that only pixel-path convs of one panel width write and read are kept panel-major
+# (kernels/conv.py, PANEL LAYOUT): the reading 1x1 convs then take their pixel panels in place instead of
+# copying rows a plane apart. A switch for measurements.
+PANEL_LAYOUT = True
+
+
+def _fast_conv(low: Lowering, node: Node) -> bool:
+    """Whether this Conv is lowered by emit_conv2d (its float32 2-D kernels)."""
+    x, w, bv = node.inputs[0], node.inputs[1], node.inputs[2]
+    return (low.fast_kernels and x.dtype == np.float32 and x.type.rank == 4 and w.type.rank == 4
+            and w.is_constant and bv.is_constant)
+
+
+def _panel_widths(low: Lowering, user: Node, v: Value) -> set[int] | None:
+    """The panel widths in which `user` can read `v` panel-major in every role it has there (-1: any), or
+    None: as its input, its own width (a 1x1 conv on the pixel path, which reads panels in place) or any (a
+    conv that packs its input by gathers); as its residual, its own width (the pixel path)."""
+    if user.op != "Conv" or not _fast_conv(low, user) or any(i is v for i in user.inputs[1:3]):
+        return None
+    geo = _conv_geometry(user, low.vector_width)
+    as_x, as_res = user.inputs[0] is v, len(user.inputs) > 3 and user.inputs[3] is v
+    widths = {-1}
+    if as_x:
+        widths = {reads_panels(**geo)}
+    if as_res:
+        own = panel_pixels(**geo)
+        widths = {own} if widths in ({-1}, {own}) else {0}
+    return None if 0 in widths else widths
+
+
+def panel_major(low: Lowering) -> dict[int, int]:
+    """id(value) -> panel width, for the conv outputs kept panel-major: written by a pixel-path conv, read
+    only by convs that take that layout (in the width the 1x1 and residual readers need, else the writer's
+    own), not a graph output (planned once per lowering)."""
+    if low.panel_major is None:
+        plan: dict[int, int] = {}
+        for node in low.graph.nodes if PANEL_LAYOUT else ():
+            if node.op != "Conv" or not _fast_conv(low, node):
+                continue
+            out = node.outputs[0]
+            own = panel_pixels(**_conv_geometry(node, low.vector_width))
+            if not own or not out.users or id(out) in low._outputs:
+                continue
+            readers = [_panel_widths(low, u, out) for u in out.users]
+            if any(r is None for r in readers):
+                continue
+            needed = set().union(*readers) - {-1}
+            if len(needed) <= 1 and all(w % low.vector_width == 0 for w in needed):
+                plan[id(out)] = needed.pop() if needed else own
+        low.panel_major = plan
+    return low.panel_major
+
+
 def _heavy_Conv(low: Lowering, node: Node, epi: Epilogue) -> None:
     x, wv, bv = node.inputs[0], node.inputs[1], node.inputs[2]
     out = epi.out
@@ -140,6 +199,8 @@ def _heavy_Conv(low: Lowering, node: Node, epi: Epilogue) -> None:
         # a depthwise conv is memory-bound: ~4x slower per FLOP than the GEMM-like convs the split threshold
         # is set for (MobileNet-v2's 14x14 -> 7x7 one, 0.5 MFLOP, ran 24 us on one thread; Xeon)
         work *= DEPTHWISE_WORK_FACTOR
+    plan = panel_major(low)
+    panels = (plan.get(id(x), 0), plan.get(id(out), 0), plan.get(id(epi.residual), 0) if epi.residual is not None else 0)
     if wv.is_constant and bv.is_constant:
         w = np.asarray(wv.data)
         bias = np.asarray(bv.data)
@@ -157,9 +218,12 @@ def _heavy_Conv(low: Lowering, node: Node, epi: Epilogue) -> None:
                                      group=a["group"], activation=epi.activation,
                                      activation_params=tuple(epi.params), has_residual=epi.residual is not None,
                                      vector_width=low.vector_width,
-                                     split=_split_like_neighbours(low, node, x, epi))
+                                     split=_split_like_neighbours(low, node, x, epi),
+                                     **({"panels": panels} if any(panels) else {}))
                 low.used_fast.append(name)
             except (NotImplementedError, GlowpyError):
+                if any(panels):  # a neighbour reads or writes this conv's operands panel-major
+                    raise
                 info = None
         if info is None:
             info = low.generate(
@@ -168,8 +232,9 @@ def _heavy_Conv(low: Lowering, node: Node, epi: Epilogue) -> None:
                 group=a["group"], activation=epi.activation, activation_params=tuple(epi.params),
                 has_residual=epi.residual is not None, vector_width=low.vector_width)
         args = [low.val(out), low.val(x), res_arg, SCRATCH] + [low.array(p) for p in info.packed]
+        inplace = _residual_inplace(out, epi) if panels[1] == panels[2] else []  # one layout or no sharing
         low.add(Step(info.function.name, info.function, args, [out], epi.nodes, work=work,
-                      scratch=info.scratch_bytes_per_thread, inplace=_residual_inplace(out, epi)))
+                      scratch=info.scratch_bytes_per_thread, inplace=inplace))
         return
     fn, scratch = linalg.emit_conv_generic(
         low.kmod(), name, dt, x_shape=x.shape, w_shape=wv.shape, strides=a["strides"], pads=a["pads"],

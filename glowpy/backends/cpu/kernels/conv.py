@@ -46,7 +46,7 @@ from glowpy.backends.cpu.vector import (
     panel_walk,
     when,
 )
-from glowpy.errors import MismatchingShape, UnsupportedShape
+from glowpy.errors import InternalError, MismatchingShape, UnsupportedShape
 from glowpy.ir.ops.nn import conv_out_dim
 
 from .common import KernelInfo
@@ -155,18 +155,43 @@ class _Panel:
         return out
 
 
-def _pack(vx: VecIR, geo: _Geometry, pan: _Panel, buf, x_img, c0, ncc: int, p0, nr: int) -> None:
-    """Rows [c0*KHKW, (c0+ncc)*KHKW) of the panel's im2col matrix into buf ([k][NR] floats)."""
+def _pack(vx: VecIR, geo: _Geometry, pan: _Panel, buf, x_img, c0, ncc: int, p0, nr: int, x_width: int = 0) -> None:
+    """Rows [c0*KHKW, (c0+ncc)*KHKW) of the panel's im2col matrix into buf ([k][NR] floats). x_width: x is
+    panel-major in panels of that many pixels (gathers only)."""
     b = vx.b
     sources = pan.tap_sources()  # masks and offsets are per panel: computed once, outside the channel loop
+    if x_width:
+        sources = [(kh, kw, [_panel_source(vx, geo, idx, x_width) + (mask,) for idx, mask in per_v])
+                   for kh, kw, per_v in sources]
     lp = Loop(vx, "pack.c", 0, ncc)
-    plane = vx.gep(x_img, vx.off((b.add(c0, lp.i), geo.HW)), name="plane")
+    c = b.add(c0, lp.i, name="pack.ch")
+    plane = vx.gep(x_img, vx.off((c, geo.HW)), name="plane")
+    cv = vx.splat(b.trunc(c, I32), name="pack.chv") if x_width else None
     row0 = vx.gep(buf, vx.off((lp.i, geo.KHKW * nr)), name="brow")
     for kh, kw, per_v in sources:
-        for v, (src, mask) in enumerate(per_v):
-            val = _load_tap(vx, plane, p0, src, mask, name=f"t{kh}_{kw}")
+        for v, src in enumerate(per_v):
+            if x_width:  # element (c, q) of a panel-major x: the pixel's panel offset + c * its panel's width
+                base, width, mask = src
+                val = vx.gather(x_img, b.add(base, b.mul(cv, width), name="pidx"), mask, name=f"t{kh}_{kw}")
+            else:
+                val = _load_tap(vx, plane, p0, src[0], src[1], name=f"t{kh}_{kw}")
             vx.store(val, vx.gep(row0, (kh * geo.KW + kw) * nr + v * vx.vw))
     lp.close()
+
+
+def _panel_source(vx: VecIR, geo: _Geometry, idx, width: int) -> tuple:
+    """(offset of channel 0, row width) per lane of input pixels idx (i32 vector) in a panel-major image
+    (PANEL LAYOUT) of panels of `width` pixels: masked-off lanes may hold any index, their values unused."""
+    b = vx.b
+    if isinstance(idx, int):
+        raise InternalError("a shifted load from a panel-major input", op="Conv", expected="gathers", found=idx)
+    panel = b.udiv(idx, vx.iconst(width), name="ppanel")
+    base = b.add(b.mul(panel, vx.iconst(geo.C * width)), b.urem(idx, vx.iconst(width)), name="pbase")
+    edge = geo.HW % width
+    if not edge:
+        return base, vx.iconst(width)
+    last = b.icmp_unsigned("==", panel, vx.iconst(geo.HW // width), name="plast")
+    return base, b.select(last, vx.iconst(edge), vx.iconst(width), name="pwidth")
 
 
 def _load_tap(vx: VecIR, plane, p0, src, mask, name: str):
@@ -328,16 +353,68 @@ def splits_pixels(*, x_shape, w_shape, strides, pads, dilations, group: int, vec
     return kind == "pixel"
 
 
+# PANEL LAYOUT. Between pixel-path convs an activation may be panel-major instead of NCHW: per image, pixel
+# panel b (pixels [b*NR, min(P, (b+1)*NR)), NR the pixel path's panel width) holds its C channel rows of
+# width w_b one after another, element (c, p) at b*C*NR + c*w_b + (p - b*NR); an image still spans C*P
+# floats. A direct 1x1 conv then reads its B panel in place as one contiguous block (in NCHW, its K rows lie
+# a plane apart: too many streams to prefetch, so they are copied, and the copy waits on memory: ResNet-50's
+# 256 -> 64 on 56x56 ran at 128 GFLOP/s against 169 with the copy left out, Xeon); the producer writes rows
+# of w_b floats instead of rows a plane apart.
+def _panel_width(geo: _Geometry, vw: int) -> int:
+    """NR where this conv runs on the pixel path ungrouped (its output and residual may be panel-major),
+    else 0."""
+    if geo.group != 1 or _kind(geo, vw) != "pixel":
+        return 0
+    return _pixel_tile(geo, vw)[1] * vw
+
+
+def panel_pixels(*, x_shape, w_shape, strides, pads, dilations, group: int, vector_width: int) -> int:
+    """NR where emit_conv2d can write this conv's output (and read its residual) panel-major, else 0."""
+    return _panel_width(_Geometry(x_shape, w_shape, strides, pads, dilations, group), vector_width)
+
+
+def _reads_panels(geo: _Geometry, vw: int) -> int:
+    """The panel width of a panel-major input this conv can read: its own NR (a direct 1x1 conv on the pixel
+    path reads its panels in place), -1 for any (the pixel and channel paths that pack their input by gathers),
+    0 for none."""
+    if geo.group != 1:
+        return 0
+    kind = _kind(geo, vw)
+    if kind == "pixel":
+        return _panel_width(geo, vw) if geo.direct else (-1 if not geo.shift else 0)
+    return -1 if kind == "channel" and not geo.direct and not geo.shift else 0
+
+
+def reads_panels(*, x_shape, w_shape, strides, pads, dilations, group: int, vector_width: int) -> int:
+    """Which panel-major input emit_conv2d can read for this conv: NR (that width only), -1 (any) or 0."""
+    return _reads_panels(_Geometry(x_shape, w_shape, strides, pads, dilations, group), vector_width)
+
+
 def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: np.ndarray | None, strides, pads,
                 dilations, group: int, activation: str, activation_params, has_residual: bool,
-                vector_width: int, split: str = "") -> KernelInfo:
+                vector_width: int, split: str = "", panels: tuple[int, int, int] = (0, 0, 0)) -> KernelInfo:
     """2-D convolution kernel: out(N, M, OH, OW) = act(conv(x, w) + bias [+ residual]). `split` asks threads
     to divide the output as a neighbouring step does, so that the data between them stays on the core that
     wrote it: "pixels" (a depthwise conv: its rows, where splits_rows holds) or "channels" (the pixel path:
-    ranges of output channels over every pixel panel); other kernels split their own way."""
+    ranges of output channels over every pixel panel); other kernels split their own way. `panels`: the panel
+    widths of x, out and the residual (PANEL LAYOUT above; 0: NCHW): x where reads_panels allows that width,
+    out and the residual on the pixel path (panel_pixels nonzero) in whole vectors."""
     activations.check(activation, activation_params)
     geo, w, bias = _prepare(x_shape, w, bias, strides, pads, dilations, group)
     kind = _kind(geo, vector_width)
+    if any(panels):
+        x_width, out_width, res_width = panels
+        takes = _reads_panels(geo, vector_width)
+        if ((x_width and takes not in (x_width, -1)) or ((out_width or res_width) and not _panel_width(geo, vector_width))
+                or (res_width and not has_residual) or out_width % vector_width or res_width % vector_width):
+            raise InternalError("a panel-major operand for a conv that cannot take it", op="Conv",
+                                expected="out, residual: the pixel path, ungrouped; x: a 1x1 conv of its panel width "
+                                "there, or a packing pixel or channel path", found=dict(kind=kind, panels=panels))
+        if kind == "channel":
+            return _emit_channel_conv(module, name, geo, w, bias, activation, activation_params, has_residual,
+                                      vector_width, x_width=x_width)
+        return _emit_gemm_conv(module, name, geo, w, bias, activation, activation_params, has_residual,
+                               vector_width, by_channels=split == "channels", panels=panels)
     if kind == "depthwise":
         return emit_depthwise(module, name, geo, w, bias, activation, activation_params, has_residual, vector_width,
                               split_rows=split == "pixels")
@@ -460,10 +537,13 @@ def _copy_rows(vx: VecIR, src, stride: int, buf, nr: int, rows, nvec: int, masks
 
 
 def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual, vw,
-                    by_channels: bool = False) -> KernelInfo:
+                    by_channels: bool = False, panels: tuple[int, int, int] = (0, 0, 0)) -> KernelInfo:
     """The pixel path. Threads split its units (image, pixel panel, row block of output channels) in
     contiguous ranges, so each writes a range of pixels of every channel; by_channels: each takes a range
-    of row blocks over every pixel panel instead (and packs every panel)."""
+    of row blocks over every pixel panel instead (and packs every panel). panels: the panel widths of x, out
+    and the residual (PANEL LAYOUT; 0: NCHW); a direct conv reads x's panels in place, others gather."""
+    x_width, out_width, res_width = panels
+    x_panels = bool(x_width) and geo.direct
     mr, nv = _pixel_tile(geo, vw)
     nr = nv * vw
     kg = geo.Cg * geo.KHKW
@@ -474,9 +554,9 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
     packed = _pack_gemm_conv(geo, w, bias, vw)
 
     direct = geo.direct
-    copy = direct and COPY_DIRECT
+    copy = direct and COPY_DIRECT and not x_panels
     phases = None
-    if direct or geo.shift:
+    if direct or geo.shift or x_width:
         cc = chunk_channels(geo.Cg, geo.KHKW, nr, mblocks * mr)
     else:
         phases, cc = _PhasePlanes.for_panels(geo, nr, mblocks * mr)
@@ -537,7 +617,34 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
 
             def run(nvec: int, last_lanes: int) -> None:
                 lane_masks = [None] * (nvec - 1) + [vx.lane_mask(last_lanes) if last_lanes else None]
-                if copy:
+                width = (nvec - 1) * vw + last_lanes if last_lanes else nvec * vw  # this panel's pixels
+
+                def panel_layout(pw: int):
+                    """Per vector of the panel: (offset of its first pixel in channel 0, row width) in an
+                    image of Mg channels panel-major in panels of pw pixels (PANEL LAYOUT); None: NCHW."""
+                    if not pw:
+                        return None
+                    out = []
+                    for v in range(nvec):
+                        pv = vx.off(p0, v * vw)
+                        if pw == nr:  # the kernel's own panels
+                            out.append((vx.off((nb, geo.Mg * nr), v * vw), ir.Constant(I64, width)))
+                            continue
+                        pan = b.udiv(pv, ir.Constant(I64, pw), name="opanel")
+                        base = b.add(b.mul(pan, ir.Constant(I64, geo.Mg * pw)), b.urem(pv, ir.Constant(I64, pw)),
+                                     name="obase")
+                        wl = ir.Constant(I64, pw)
+                        if geo.P % pw:
+                            last = b.icmp_unsigned("==", pan, ir.Constant(I64, geo.P // pw), name="olast")
+                            wl = b.select(last, ir.Constant(I64, geo.P % pw), wl, name="owidth")
+                        out.append((base, wl))
+                    return out
+
+                out_layout, res_layout = panel_layout(out_width), panel_layout(res_width)
+                if x_panels:  # its K rows of `width` floats, one block
+                    bptr = vx.gep(x_img, vx.off((nb, geo.Cg * nr), (c0, width)), name="bpanel")
+                    b_ks, b_masks = width, lane_masks
+                elif copy:
                     _copy_rows(vx, vx.gep(x_img, vx.off((c0, geo.HW), p0), name="bdirect"), geo.HW, buf, nr, ncc,
                                nvec, lane_masks)
                     bptr, b_ks, b_masks = buf, nr, None
@@ -548,7 +655,7 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
                                  last_lanes)
                     bptr, b_ks, b_masks = buf, nr, None
                 else:
-                    _pack(vx, geo, _Panel(vx, geo, p0, nvec, last_lanes), buf, x_img, c0, ncc, p0, nr)
+                    _pack(vx, geo, _Panel(vx, geo, p0, nvec, last_lanes), buf, x_img, c0, ncc, p0, nr, x_width)
                     bptr, b_ks, b_masks = buf, nr, None
 
                 def tile(mb, edge: bool) -> None:
@@ -556,7 +663,17 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
                     m0 = b.mul(mb, ir.Constant(I64, mr), name="m0")
                     wtile = vx.gep(w_p, vx.off((b.add(b.mul(g, ir.Constant(I64, mblocks)), mb), kg * mr),
                                                (c0, geo.KHKW * mr)), name="wtile")
-                    orow = [vx.off((vx.off(m0, r), geo.P), p0) for r in range(rows)]
+                    def at(layout) -> list:
+                        """[row][vector]: offset of each output vector of the tile in out (or the residual)."""
+                        if layout is None:
+                            rows_at = [vx.off((vx.off(m0, r), geo.P), p0) for r in range(rows)]
+                            return [[vx.off(ra, v * vw) for v in range(nvec)] for ra in rows_at]
+                        return [[b.add(base, b.mul(vx.off(m0, r), wl)) for base, wl in layout] for r in range(rows)]
+
+                    oat, rat = at(out_layout), at(res_layout)
+                    # the same rows in the next panel (prefetched): a panel on, or a plane's panel width on
+                    o_next = geo.Mg * out_width if out_width else nr
+                    r_next = geo.Mg * res_width if res_width else nr
 
                     def from_bias() -> list:
                         init = []
@@ -565,14 +682,14 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
                             bias_v = vx.load_splat(vx.gep(bias_p, chan), name="bias")
                             for v in range(nvec):
                                 if has_residual:
-                                    rp = vx.gep(res_img, vx.off(orow[r], v * vw))
+                                    rp = vx.gep(res_img, rat[r][v])
                                     init.append(vx.fadd(bias_v, vx.load(rp, lane_masks[v], name="res")))
                                 else:
                                     init.append(bias_v)
                         return init
 
                     def from_out() -> list:  # partial sums of earlier chunks live in out
-                        return [vx.load(vx.gep(out_img, vx.off(orow[r], v * vw)), lane_masks[v], name="part")
+                        return [vx.load(vx.gep(out_img, oat[r][v]), lane_masks[v], name="part")
                                 for r in range(rows) for v in range(nvec)]
 
                     if OUT_PREFETCH:
@@ -581,10 +698,9 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
                         # residual 1x1 convs in the model: 0.70-0.82x the time
                         for r in range(rows):
                             for j in range(math.ceil(nr / 16)):
-                                at = vx.off(orow[r], nr + 16 * j)
-                                vx.prefetch(vx.gep(out_img, at), write=True, locality=2)
+                                vx.prefetch(vx.gep(out_img, vx.off(oat[r][0], o_next + 16 * j)), write=True, locality=2)
                                 if has_residual:
-                                    vx.prefetch(vx.gep(res_img, at), locality=2)
+                                    vx.prefetch(vx.gep(res_img, vx.off(rat[r][0], r_next + 16 * j)), locality=2)
                     flat = choose(vx, first, from_bias, from_out)
                     init = [flat[r * nvec:(r + 1) * nvec] for r in range(rows)]
                     acc = emit_tile(vx, mr=rows, nv=nvec, kc=kc, a_ptr=wtile, a_rs=1, a_ks=mr, b_ptr=bptr,
@@ -594,7 +710,7 @@ def _emit_gemm_conv(module, name, geo: _Geometry, w, bias, activation, params, h
                         for r in range(rows):
                             for v in range(nvec):
                                 val = vx.activation(acc[r][v], activation, params) if final else acc[r][v]
-                                vx.store(val, vx.gep(out_img, vx.off(orow[r], v * vw)), lane_masks[v])
+                                vx.store(val, vx.gep(out_img, oat[r][v]), lane_masks[v])
 
                     when(vx, last, lambda: store(True), lambda: store(False))
 
@@ -712,7 +828,7 @@ def _channel_chunk(geo: _Geometry, nr: int, pix_floats: int) -> int:
 
 
 def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params, has_residual,
-                       vw) -> KernelInfo:
+                       vw, x_width: int = 0) -> KernelInfo:
     """The transposed blocking for small maps: a tile is (a few output pixels) x (NV vectors of output
     channels); the pixels' input values are broadcast, the weights ([group][channel panel][k][NR]) are the
     vectors; the last chunk's tiles of a panel are kept in scratch as [pixel][channel] and written out per
@@ -723,7 +839,8 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
     their maps); without the 1x1 direct read, a thread packs the pixels of a reduction chunk once per image
     and group: the whole map's, or where packing costs more than re-reading the weights (`_split_by_pixels`)
     only its own pixel blocks', its units then ordered (pixel block, channel panel). Reduction chunks keep their partial sums in a per-thread scratch tile store,
-    so out is written once (out == residual is safe)."""
+    so out is written once (out == residual is safe). x_width: x is panel-major in panels of that width
+    (PANEL LAYOUT), packed by gathers."""
     pr, nv = _channel_tile(geo, vw)  # pixels per tile, channel vectors per tile
     nr = nv * vw
     kg = geo.Cg * geo.KHKW
@@ -793,7 +910,7 @@ def _emit_channel_conv(module, name, geo: _Geometry, w, bias, activation, params
                 q0 = b.mul(pb, ir.Constant(I64, pr), name="pq0")
                 pan = _Panel(v8, geo, q0, 1, rows if rows < 8 else 0)
                 _pack(v8, geo, pan, vx.gep(pbuf, vx.off((pb, block_floats)), name="pblock"), x_img, c0, ncc, q0,
-                      pix_stride)
+                      pix_stride, x_width)
 
             block_loop(vx, lo=vx.i64(pb_lo), hi=vx.i64(pb_hi), blocks=pblocks, full=pfull, body=pack_block)
 

@@ -62,11 +62,12 @@ def guards_intact(whole: np.ndarray) -> bool:
 
 
 def conv_kernel(x_shape, w, b, *, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1,
-                activation="none", params=(), residual=False, vector_width=VW, misalign=False, split="") -> JitKernel:
+                activation="none", params=(), residual=False, vector_width=VW, misalign=False, split="",
+                panels=(0, 0, 0)) -> JitKernel:
     return JitKernel(lambda m, n: emit_conv2d(
         m, n, x_shape=x_shape, w=w, bias=b, strides=strides, pads=pads, dilations=dilations, group=group,
         activation=activation, activation_params=params, has_residual=residual, vector_width=vector_width,
-        split=split),
+        split=split, panels=panels),
         name="conv", misalign=misalign)
 
 
