@@ -3,13 +3,16 @@
 Per group, a conv is the GEMM out[m, p] = sum_k Wp[m, k] * B[k, p] over output pixels p (flat OH*OW index)
 and k = (c, kh, kw). The weights are packed at compile time as [group][m-block][k][MR] and broadcast;
 B is read as vectors along p:
-- 1x1, stride 1, no padding: B is the input itself (rows of H*W floats), no packing at all.
+- 1x1, stride 1, no padding: B is the input itself; a panel's rows (a plane apart) are copied into scratch,
+  or, where the input is panel-major (PANEL LAYOUT below: the producer, a pixel-path conv, wrote each panel's
+  channel rows one after another), read in place.
 - stride 1 with OW == W ("same" width): input pixel = output pixel + a constant shift per (kh, kw), so
   one panel of B (K x NR pixels) is packed with masked contiguous loads (the mask zeroes padding).
 - anything else (strides, other paddings): per image and reduction chunk the input is first rearranged
   into phase planes (`_PhasePlanes`: per channel, kernel column and row phase, rows of OW floats with
   the padding as zeros), in which every tap of a panel is again one contiguous load at a constant offset.
-A panel is packed once per thread into its scratch and reused by every row block of output channels.
+A panel is packed once per thread into its scratch and reused by every row block of output channels. A
+panel-major input (other than a 1x1 conv's) is packed by gathers.
 Small maps (up to 17x17) would waste vector lanes over pixels or stream their large weights once per pixel
 panel, so there the tile is transposed: a few pixels broadcast x vectors of output channels, every weight
 read once; a panel's finished tiles go back to NCHW rows through VW x VW register transposes.
