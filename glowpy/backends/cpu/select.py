@@ -141,17 +141,21 @@ PANEL_LAYOUT = True
 
 
 def _fast_conv(low: Lowering, node: Node) -> bool:
-    """Whether this Conv is lowered by emit_conv2d (its float32 2-D kernels)."""
+    """Whether this Conv is lowered by emit_conv2d (its float32 1-D and 2-D kernels)."""
     x, w, bv = node.inputs[0], node.inputs[1], node.inputs[2]
-    return (low.fast_kernels and x.dtype == np.float32 and x.type.rank == 4 and w.type.rank == 4
-            and w.is_constant and bv.is_constant)
+    return low.fast_kernels and x.dtype == np.float32 and x.type.rank in (3, 4) and w.is_constant and bv.is_constant
+
+
+def _fast_conv2d(low: Lowering, node: Node) -> bool:
+    """Whether this Conv is lowered by emit_conv2d as a 2-D conv (panel-major operands are 2-D)."""
+    return _fast_conv(low, node) and node.inputs[0].type.rank == 4
 
 
 def _panel_widths(low: Lowering, user: Node, v: Value) -> set[int] | None:
     """The panel widths in which `user` can read `v` panel-major in every role it has there (-1: any), or
     None: as its input, its own width (a 1x1 conv on the pixel path, which reads panels in place) or any (a
     conv that packs its input by gathers); as its residual, its own width (the pixel path)."""
-    if user.op != "Conv" or not _fast_conv(low, user) or any(i is v for i in user.inputs[1:3]):
+    if user.op != "Conv" or not _fast_conv2d(low, user) or any(i is v for i in user.inputs[1:3]):
         return None
     geo = _conv_geometry(user, low.vector_width)
     as_x, as_res = user.inputs[0] is v, len(user.inputs) > 3 and user.inputs[3] is v
@@ -171,7 +175,7 @@ def panel_major(low: Lowering) -> dict[int, int]:
     if low.panel_major is None:
         plan: dict[int, int] = {}
         for node in low.graph.nodes if PANEL_LAYOUT else ():
-            if node.op != "Conv" or not _fast_conv(low, node):
+            if node.op != "Conv" or not _fast_conv2d(low, node):
                 continue
             out = node.outputs[0]
             own = panel_pixels(**_conv_geometry(node, low.vector_width))
@@ -206,7 +210,7 @@ def _heavy_Conv(low: Lowering, node: Node, epi: Epilogue) -> None:
         w = np.asarray(wv.data)
         bias = np.asarray(bv.data)
         info = None
-        gen = emit_conv2d if low.fast_kernels and dt == np.float32 and nsp in (1, 2) else None
+        gen = emit_conv2d if _fast_conv(low, node) else None
         if gen is not None:
             x_shape, w2, strides, pads, dil = x.shape, w, a["strides"], a["pads"], a["dilations"]
             if nsp == 1:  # a 1-D conv is a 2-D conv of height 1
@@ -219,8 +223,7 @@ def _heavy_Conv(low: Lowering, node: Node, epi: Epilogue) -> None:
                                      group=a["group"], activation=epi.activation,
                                      activation_params=tuple(epi.params), has_residual=epi.residual is not None,
                                      vector_width=low.vector_width,
-                                     split=_split_like_neighbours(low, node, x, epi),
-                                     **({"panels": panels} if any(panels) else {}))
+                                     split=_split_like_neighbours(low, node, x, epi), panels=panels)
                 low.used_fast.append(name)
             except (NotImplementedError, GlowpyError):
                 if any(panels):  # a neighbour reads or writes this conv's operands panel-major

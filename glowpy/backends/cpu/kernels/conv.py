@@ -405,27 +405,24 @@ def emit_conv2d(module: ir.Module, name: str, *, x_shape, w: np.ndarray, bias: n
     activations.check(activation, activation_params)
     geo, w, bias = _prepare(x_shape, w, bias, strides, pads, dilations, group)
     kind = _kind(geo, vector_width)
+    x_width, out_width, res_width = panels
     if any(panels):
-        x_width, out_width, res_width = panels
         takes = _reads_panels(geo, vector_width)
         if ((x_width and takes not in (x_width, -1)) or ((out_width or res_width) and not _panel_width(geo, vector_width))
                 or (res_width and not has_residual) or out_width % vector_width or res_width % vector_width):
             raise InternalError("a panel-major operand for a conv that cannot take it", op="Conv",
                                 expected="out, residual: the pixel path, ungrouped; x: a 1x1 conv of its panel width "
                                 "there, or a packing pixel or channel path", found=dict(kind=kind, panels=panels))
-        if kind == "channel":
-            return _emit_channel_conv(module, name, geo, w, bias, activation, activation_params, has_residual,
-                                      vector_width, x_width=x_width)
-        return _emit_gemm_conv(module, name, geo, w, bias, activation, activation_params, has_residual,
-                               vector_width, by_channels=split == "channels", panels=panels)
     if kind == "depthwise":
         return emit_depthwise(module, name, geo, w, bias, activation, activation_params, has_residual, vector_width,
                               split_rows=split == "pixels")
     if kind == "pixel":
         return _emit_gemm_conv(module, name, geo, w, bias, activation, activation_params, has_residual, vector_width,
-                               by_channels=split == "channels")
-    emit = {"winograd": _emit_winograd, "channel": _emit_channel_conv}[kind]
-    return emit(module, name, geo, w, bias, activation, activation_params, has_residual, vector_width)
+                               by_channels=split == "channels", panels=panels)
+    if kind == "channel":
+        return _emit_channel_conv(module, name, geo, w, bias, activation, activation_params, has_residual,
+                                  vector_width, x_width=x_width)
+    return _emit_winograd(module, name, geo, w, bias, activation, activation_params, has_residual, vector_width)
 
 
 def splits_rows(*, x_shape, w_shape, strides, pads, dilations, group: int, vector_width: int,
